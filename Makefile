@@ -1,0 +1,49 @@
+# Two commands do all the set-up on a fresh machine (see README.md):
+#   make train   environment + data + the default CPU run (SimCLR on Fashion-MNIST)
+#   make test    environment + data + the fast test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+METHOD ?= simclr
+
+.PHONY: env data train test test-slow mini benchmarks clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch/torchvision first, pinned to the wheels that lie on this kind of machine's disk
+	$(PY) -m pip install -q "torch==2.14.1" "torchvision==0.29.1" || $(PY) -m pip install -q "torch<2.15" "torchvision<0.30"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+env: $(STAMP)
+
+# Fashion-MNIST for the default run: Debian's package when apt-get is there, else torchvision's download.
+data:
+	@if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f data/FashionMNIST/raw/train-images-idx3-ubyte.gz ]; then \
+		echo "Fashion-MNIST found"; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; \
+	elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then \
+		sudo apt-get update -qq && sudo apt-get install -y -qq dataset-fashion-mnist; \
+	else \
+		$(MAKE) env && $(PY) -c "import torchvision; torchvision.datasets.FashionMNIST('data', download=True)"; \
+	fi
+
+train: env data
+	$(PY) scripts/train.py method=$(METHOD)
+
+test: env data
+	$(PY) -m pytest -q
+
+test-slow: env data
+	$(PY) -m pytest -q -m slow
+
+mini: env data
+	$(PY) scripts/reproduce.py $(METHOD) --tier mini --check
+
+benchmarks: env
+	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf runs outputs multirun

@@ -1,0 +1,37 @@
+"""Helpers for benchmarks: interleaved repeated timing and a JSON writer with provenance."""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+from common import results
+
+OUT = Path(__file__).resolve().parent / "results"
+
+
+def timed(fn, repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def interleaved(fns: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
+    """Median seconds of each callable, measured in alternation so drift hits all alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            samples[k] += timed(fn, 1)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def save(name: str, payload: dict) -> Path:
+    path = OUT / f"{name}.json"
+    results.write(path, payload)
+    return path

@@ -1,0 +1,36 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("WANDB_MODE", "offline")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def has_fashion_mnist() -> bool:
+    from common.data.images import FASHION_SYSTEM
+
+    return (FASHION_SYSTEM / "train-images-idx3-ubyte.gz").exists() or \
+        (ROOT / "data/FashionMNIST/raw/train-images-idx3-ubyte.gz").exists()
+
+
+needs_fashion = pytest.mark.skipif(not has_fashion_mnist(),
+                                   reason="Fashion-MNIST not on this machine (apt-get install dataset-fashion-mnist)")
+
+
+@pytest.fixture
+def compose_cfg():
+    """compose(overrides) -> the config scripts/train.py would see."""
+    from hydra import compose, initialize_config_dir
+
+    from common.config import CONFIG_DIR
+
+    def _compose(overrides):
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            return compose("train", overrides=overrides)
+
+    return _compose

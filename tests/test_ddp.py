@@ -1,0 +1,38 @@
+"""Two processes with the same global batch give the same losses as one process."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, needs_fashion
+
+
+def torchrun(nproc: int, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+           "--master_port=0" if False else f"--master_port={29500 + nproc + os.getpid() % 1000}", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_two_processes_equal_one(tmp_path):
+    results = {}
+    for n in (1, 2):
+        proc = torchrun(n, "tests/ddp_worker.py", str(tmp_path / f"n{n}"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = (tmp_path / f"n{n}" / "metrics.jsonl").read_text().splitlines()
+        results[n] = ([json.loads(l)["loss"] for l in lines],
+                      json.loads((tmp_path / f"n{n}" / "params.json").read_text()))
+    assert results[1][0] == pytest.approx(results[2][0], rel=1e-5)
+    for a, b in zip(results[1][1], results[2][1]):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=1e-5, atol=1e-6)
+
+
+@needs_fashion
+def test_simclr_smoke_under_torchrun(tmp_path):
+    proc = torchrun(2, "scripts/train.py", "method=simclr", "hardware=ddp", "experiment=simclr_smoke",
+                    f"run_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "knn_acc" in proc.stdout
