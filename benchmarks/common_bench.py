@@ -31,7 +31,10 @@ def interleaved(fns: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def save(name: str, payload: dict) -> Path:
+def save(name: str, payload: dict, table: str | None = None) -> Path:
+    """Write the JSON (with provenance); put `table` into READMEs with a `bench:<name>` region."""
     path = OUT / f"{name}.json"
     results.write(path, payload)
+    if table:
+        results.update_readmes(f"bench:{name}", table + f"\n\n(`python benchmarks/{name}.py`; raw: `benchmarks/results/{name}.json`)")
     return path

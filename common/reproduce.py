@@ -31,11 +31,25 @@ def experiments(method: str, tier: str) -> list[str]:
     return names
 
 
+_NOT_RUN_SETTINGS = ("paper", "claims", "known_failures", "table")  # what a run does not read
+
+
+def _run_settings(cfg) -> dict:
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    for key in _NOT_RUN_SETTINGS:
+        settings.pop(key, None)
+    return settings
+
+
 def _cached(cfg) -> dict | None:
-    """Metrics of an earlier run with the identical resolved config (makes reruns resumable)."""
+    """Metrics of an earlier run with the same resolved run settings (reruns resume; editing a
+    claim or the paper's numbers does not invalidate runs)."""
     run_dir = Path(cfg.run_dir)
     try:
-        same = (run_dir / "config.yaml").read_text() == OmegaConf.to_yaml(cfg, resolve=True)
+        earlier = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+        for key in _NOT_RUN_SETTINGS:
+            earlier.pop(key, None)
+        same = earlier == _run_settings(cfg)
         return json.loads((run_dir / "metrics.json").read_text()) if same else None
     except OSError:
         return None
@@ -91,6 +105,9 @@ def markdown(method: str, tier: str, tables: list[dict]) -> str:
         lines += ["", "Claims (on means):", ""]
         for c in t["claims"]:
             lines.append(f"- {'PASS' if c['holds'] else 'FAIL'}: `{c['claim']}` ({c['values']})")
+        for k in t["known_failures"]:
+            state = "now holds — move it back to claims" if k["holds"] else "does not reproduce"
+            lines.append(f"- NOT REPRODUCED ({state}): `{k['claim']}` ({k['values']}). {k['why']}")
         if t.get("plot"):
             lines += ["", f"![learning curves]({Path(t['plot']).name})"]
         for fig in t.get("figures", []):
@@ -152,6 +169,8 @@ def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool
             means = {row: {k: v[0] for k, v in vals.items()} for row, vals in t["summary"].items()}
             t["claims"] = [dict(zip(("claim", "holds", "values"), (c, *evaluate_claim(c, means))))
                            for c in t["config"].claims]
+            t["known_failures"] = [{"claim": k.claim, "why": k.why, **dict(zip(("holds", "values"),
+                                    evaluate_claim(k.claim, means)))} for k in t["config"].known_failures]
             RESULTS_DIR.mkdir(exist_ok=True)
             t["plot"] = plot_curves(t["runs"], RESULTS_DIR / f"{name}.png", name)
             t["figures"] = copy_figures(t["runs"], name)
@@ -159,8 +178,12 @@ def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool
     text = markdown(method, tier, tables)
     stem = RESULTS_DIR / f"{method}_{tier}"
     stem.with_suffix(".md").write_text(text)
+    # the method README shows the same tables (figures linked from results/)
+    body = ("\n" + text.split("\n", 4)[-1]).replace("](", "](../../results/").replace("\n## ", "\n### ")
+    results.update_readmes(f"{method}_{tier}", body)
     payload = {"method": method, "tier": tier, "tables": [
         {"experiment": t["experiment"], "summary": t["summary"], "runs": t["runs"], "claims": t["claims"],
+         "known_failures": t["known_failures"],
          "paper": OmegaConf.to_container(t["config"].paper) if t["config"].paper else None}
         for t in tables]}
     results.write(stem.with_suffix(".json"), payload)

@@ -44,3 +44,25 @@ def write(path: str | Path, payload: dict, config: dict | None = None) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     return record
+
+
+def update_marked_region(path: str | Path, key: str, text: str) -> bool:
+    """Replace what stands between `<!-- BEGIN key -->` and `<!-- END key -->` in a Markdown
+    file (README tables stay what the last reproduction or benchmark measured)."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    content = path.read_text()
+    begin, end = f"<!-- BEGIN {key} -->", f"<!-- END {key} -->"
+    if begin not in content or end not in content:
+        return False
+    head, rest = content.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{text.strip()}\n{end}{tail}")
+    return True
+
+
+def update_readmes(key: str, text: str) -> list[Path]:
+    """Update the region `key` in README.md and every methods/*/README.md that has it."""
+    paths = [ROOT / "README.md", *sorted((ROOT / "methods").glob("*/README.md"))]
+    return [p for p in paths if update_marked_region(p, key, text)]

@@ -59,7 +59,7 @@ def test_corrupt_checkpoint_on_resume(tmp_path):
     assert proc.returncode == 1 and "checkpoint.pt is corrupt" in proc.stderr
 
 
-def test_reproduce_unknown_tier_config_exits_2():
+def test_reproduce_bad_override_is_a_short_error():
     proc = subprocess.run([sys.executable, "scripts/reproduce.py", "simclr", "--tier", "paper", "nope=1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr

@@ -1,6 +1,7 @@
 """Two processes with the same global batch give the same losses as one process."""
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -10,10 +11,16 @@ import torch
 from tests.conftest import ROOT, needs_fashion
 
 
-def torchrun(nproc: int, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-           "--master_port=0" if False else f"--master_port={29500 + nproc + os.getpid() % 1000}", *args]
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
