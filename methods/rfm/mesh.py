@@ -63,9 +63,16 @@ class SpectralMesh:
     def __init__(self, verts: np.ndarray, faces: np.ndarray, k: int = 30):
         self.verts, self.faces = verts, faces
         L, M = cotangent_laplacian(verts, faces)
-        vals, vecs = eigsh(L, k=k + 1, M=M, sigma=-1e-6, which="LM")   # smallest, by shift-invert
+        # smallest eigenpairs by shift-invert, with a fixed start vector (reproducible)
+        extra = min(k + 16, len(verts) - 2)
+        vals, vecs = eigsh(L, k=extra, M=M, sigma=-1e-6, which="LM", v0=np.ones(len(verts)))
         order = np.argsort(vals)[1:]                                    # drop the constant mode
-        self.eigvals, self.eigvecs = vals[order], vecs[:, order]
+        vals, vecs = vals[order], vecs[:, order]
+        # never cut through a (near-)degenerate eigenspace: the basis inside one is arbitrary,
+        # and only whole eigenspaces make the distance independent of it
+        while k < len(vals) and vals[k] - vals[k - 1] < 1e-3 * vals[k - 1]:
+            k += 1
+        self.eigvals, self.eigvecs = vals[:k], vecs[:, :k]
         a, b, c = (verts[faces[:, i]] for i in range(3))
         self.normals = np.cross(b - a, c - a)
         self.normals /= np.linalg.norm(self.normals, axis=1, keepdims=True)
