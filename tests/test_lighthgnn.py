@@ -120,3 +120,16 @@ def test_random_split_sizes_and_disjoint():
     assert len(s["train"]) == 60 and len(s["val"]) == 90 and len(s["test"]) == 600 - 150
     assert len(set(s["train"].tolist()) | set(s["val"].tolist()) | set(s["test"].tolist())) == 600
     assert all(2 <= len(e) <= 8 for e in hg.edges) and min(len(e) for e in hg.edges) >= 3
+
+
+def test_production_holdout_removes_vertices_from_training_hypergraph():
+    from methods.lighthgnn import holdout
+
+    hg = synthetic_hypergraph(500, num_classes=3, seed=2)
+    split = random_split(hg.labels, 10, 10, seed=0)
+    held, rest, seen, edges = holdout(hg, split["test"], 0.9, seed=0)
+    assert len(held) == round(0.9 * len(split["test"])) and len(held) + len(rest) == len(split["test"])
+    held_set = set(held.tolist())
+    assert not any(v in held_set for e in edges for v in e)           # absent from the hypergraph
+    assert set(seen.tolist()) == set(range(500)) - held_set            # and from the KD targets
+    assert holdout(hg, split["test"], 0.0, seed=0)[0].numel() == 0     # 0 = transductive

@@ -26,6 +26,19 @@ def incidence_pairs(edges: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]
     return members, edge_of
 
 
+def holdout(hg: Hypergraph, test_idx: torch.Tensor, share: float, seed: int):
+    """(held-out vertices, remaining test vertices, vertices seen in training, hyperedges without
+    the held-out vertices). share = 0 is the transductive setting."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    perm = test_idx[torch.randperm(len(test_idx), generator=gen)]
+    cut = int(round(share * len(test_idx)))
+    held, rest = perm[:cut], perm[cut:].sort().values
+    is_held = torch.zeros(hg.num_vertices, dtype=torch.bool)
+    is_held[held] = True
+    edges = [kept for e in hg.edges if (kept := [v for v in e if not is_held[v]])]
+    return held, rest, torch.nonzero(~is_held).flatten(), edges
+
+
 def run(cfg) -> dict[str, float]:
     """Teacher HGNN, then three students on the same split: MLP (labels only), LightHGNN (+ soft
     labels), LightHGNN+ (+ reliable hyperedge soft labels). Test accuracy at the best
@@ -38,11 +51,14 @@ def run(cfg) -> dict[str, float]:
     x_dense = hg.features
     x = x_dense.to_sparse_csr() if m.sparse_features else x_dense
     split = random_split(y, m.train_per_class, m.val_per_class, cfg.seed)
-    edges = with_self_loops(hg.edges, hg.num_vertices)
+    train_idx, val_idx, test_idx = split["train"], split["val"], split["test"]
+    # production (inductive) setting: a share of the test vertices is absent from training,
+    # hypergraph included; the students then see only their features
+    held, test_idx, seen, train_hyperedges = holdout(hg, test_idx, m.inductive_holdout, cfg.seed)
+    edges = with_self_loops(train_hyperedges, hg.num_vertices)
     members, edge_of = incidence_pairs(edges)
     num_edges = len(edges)
-    smoothing = HGNNSmoothing(hg.edges, hg.num_vertices)
-    train_idx, val_idx, test_idx = split["train"], split["val"], split["test"]
+    smoothing = HGNNSmoothing(train_hyperedges, hg.num_vertices)
     opt = dict(epochs=m.epochs, lr=m.lr, weight_decay=m.weight_decay)
 
     def log(prefix):
@@ -61,7 +77,7 @@ def run(cfg) -> dict[str, float]:
         def loss(out, epoch):
             if kind == "mlp":
                 return F.cross_entropy(out[train_idx], y[train_idx])
-            total = lighthgnn_loss(out, t_logits, y, train_idx, m.ce_weight, m.temperature)
+            total = lighthgnn_loss(out, t_logits, y, train_idx, m.ce_weight, m.temperature, kd_idx=seen)
             if kind == "lighthgnn_plus":  # hyperedges resampled every epoch, kept with probability ρ_e
                 sampled = torch.nonzero(torch.bernoulli(rho, generator=gen)).flatten()
                 if len(sampled):
@@ -73,6 +89,10 @@ def run(cfg) -> dict[str, float]:
     metrics = {"hgnn_acc": accuracy(t_logits, y, test_idx),
                "hgnn_topology": topology_score(t_logits.softmax(-1), members, edge_of, num_edges),
                "mean_reliability": float(rho.mean())}
+    if len(held):  # HGNN needs the full hypergraph, new vertices included, at inference
+        teacher.smoothing = HGNNSmoothing(hg.edges, hg.num_vertices)
+        with torch.no_grad():
+            metrics["hgnn_acc_inductive"] = accuracy(teacher(x), y, held)
     for kind in ("mlp", "lighthgnn", "lighthgnn_plus"):
         student = MLPStudent(x_dense.shape[1], hg.num_classes, m.student_hidden, m.dropout)
         student, _ = fit(student, lambda: student(x), student_loss(kind), y, val_idx, log=log(kind), **opt)
@@ -80,11 +100,13 @@ def run(cfg) -> dict[str, float]:
             s_logits = student(x)
         metrics[f"{kind}_acc"] = accuracy(s_logits, y, test_idx)
         metrics[f"{kind}_topology"] = topology_score(s_logits.softmax(-1), members, edge_of, num_edges)
+        if len(held):
+            metrics[f"{kind}_acc_inductive"] = accuracy(s_logits, y, held)
     metrics["kd_agreement"] = float(kd_loss(s_logits, t_logits, 1.0))
     ctx.logger.log(metrics, m.epochs)
     ctx.logger.close()
     return metrics
 
 
-__all__ = ["HGNN", "HGNNSmoothing", "MLPStudent", "kd_loss", "lighthgnn_loss", "hyperedge_kd_loss",
+__all__ = ["HGNN", "HGNNSmoothing", "MLPStudent", "holdout", "kd_loss", "lighthgnn_loss", "hyperedge_kd_loss",
            "reliability", "topology_score", "run"]

@@ -13,10 +13,13 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperat
 
 
 def lighthgnn_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
-                   train_idx: torch.Tensor, weight: float, temperature: float) -> torch.Tensor:
-    """λ · CE(z_s, y) on labelled vertices + (1 − λ) · τ² · KL on all vertices (eq. 4)."""
+                   train_idx: torch.Tensor, weight: float, temperature: float,
+                   kd_idx: torch.Tensor | None = None) -> torch.Tensor:
+    """λ · CE(z_s, y) on labelled vertices + (1 − λ) · τ² · KL on all vertices (eq. 4); in the
+    inductive setting `kd_idx` limits the KL to the vertices seen in training."""
     ce = F.cross_entropy(student_logits[train_idx], labels[train_idx])
-    return weight * ce + (1 - weight) * kd_loss(student_logits, teacher_logits, temperature)
+    s, t = (student_logits, teacher_logits) if kd_idx is None else (student_logits[kd_idx], teacher_logits[kd_idx])
+    return weight * ce + (1 - weight) * kd_loss(s, t, temperature)
 
 
 def prediction_entropy(logits: torch.Tensor) -> torch.Tensor:
