@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 METHOD ?= simclr
 
-.PHONY: env data train test test-slow mini benchmarks clean
+.PHONY: env data train test mini benchmarks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,6 @@ train: env data
 
 test: env data
 	$(PY) -m pytest -q
-
-test-slow: env data
-	$(PY) -m pytest -q -m slow
 
 mini: env data
 	$(PY) scripts/reproduce.py $(METHOD) --tier mini --check
