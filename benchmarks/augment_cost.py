@@ -10,9 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from benchmarks.common_bench import interleaved, save  # noqa: E402
+from benchmarks.common_bench import interleaved, save, ssl_step  # noqa: E402
 from common.config import CONFIG_DIR  # noqa: E402
-from common.nn import build_backbone  # noqa: E402
 from common.ssl import ContrastiveModel, to_float, two_views  # noqa: E402
 
 BATCH, REPEATS = 256, 9
@@ -20,17 +19,7 @@ BATCH, REPEATS = 256, 9
 
 def main():
     cfg = OmegaConf.load(CONFIG_DIR / "method" / "simclr.yaml").method
-    torch.manual_seed(0)
-    encoder, dim = build_backbone(cfg.backbone, 1, 28)
-    model = ContrastiveModel(encoder, dim, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    images = torch.randint(0, 256, (BATCH, 1, 28, 28), dtype=torch.uint8)
-
-    def step():
-        loss, _ = model.training_step(images)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    step, images = ssl_step(ContrastiveModel, cfg, BATCH)
 
     t = interleaved({"augment": lambda: two_views(to_float(images), cfg.augment), "step": step}, REPEATS)
     share = t["augment"] / t["step"]

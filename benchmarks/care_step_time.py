@@ -10,27 +10,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from benchmarks.common_bench import interleaved, save  # noqa: E402
+from benchmarks.common_bench import interleaved, save, ssl_step  # noqa: E402
 from common.config import CONFIG_DIR  # noqa: E402
-from common.nn import build_backbone  # noqa: E402
 from methods.care import CARE  # noqa: E402
 
 BATCH, REPEATS = 256, 7
-
-
-def step_fn(cfg):
-    torch.manual_seed(0)
-    encoder, dim = build_backbone(cfg.backbone, 1, 28)
-    model = CARE(encoder, dim, cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    images = torch.randint(0, 256, (BATCH, 1, 28, 28), dtype=torch.uint8)
-
-    def step():
-        loss, _ = model.training_step(images)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return step
 
 
 def main():
@@ -40,7 +24,7 @@ def main():
         fns = {}
         for name, weight in (("simclr", 0.0), ("care", base.equi_weight)):
             cfg = OmegaConf.merge(base, {"equi_weight": weight, "backbone": {"width": width}})
-            fns[name] = step_fn(cfg)
+            fns[name] = ssl_step(CARE, cfg, BATCH)[0]
         t = interleaved(fns, REPEATS)
         rows[f"small_cnn_w{width}"] = {"simclr_s": t["simclr"], "care_s": t["care"], "ratio": t["care"] / t["simclr"]}
     lines = ["| backbone | SimCLR s/step | CARE s/step | CARE / SimCLR |", "|---|---|---|---|"]
