@@ -36,9 +36,7 @@ _NOT_RUN_SETTINGS = ("paper", "claims", "known_failures", "table")  # what a run
 
 def _run_settings(cfg) -> dict:
     settings = OmegaConf.to_container(cfg, resolve=True)
-    for key in _NOT_RUN_SETTINGS:
-        settings.pop(key, None)
-    return settings
+    return {k: v for k, v in settings.items() if k not in _NOT_RUN_SETTINGS}
 
 
 def _cached(cfg) -> dict | None:
@@ -46,10 +44,7 @@ def _cached(cfg) -> dict | None:
     claim or the paper's numbers does not invalidate runs)."""
     run_dir = Path(cfg.run_dir)
     try:
-        earlier = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
-        for key in _NOT_RUN_SETTINGS:
-            earlier.pop(key, None)
-        same = earlier == _run_settings(cfg)
+        same = _run_settings(OmegaConf.load(run_dir / "config.yaml")) == _run_settings(cfg)
         return json.loads((run_dir / "metrics.json").read_text()) if same else None
     except OSError:
         return None

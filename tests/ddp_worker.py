@@ -9,7 +9,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from common.hardware import Hardware  # noqa: E402
+from common.hardware import Hardware, teardown  # noqa: E402
 from common.logging import MetricLogger  # noqa: E402
 from common.trainer import Trainer  # noqa: E402
 from tests.trainer_fixtures import TinyRegressor, batch_fn, data, trainer_cfg  # noqa: E402
@@ -26,4 +26,4 @@ trainer = Trainer(TinyRegressor(dropout=0.0), cfg, hw, out, logger, batch_fn(x, 
 trainer.fit()
 if rank == 0:
     (out / "params.json").write_text(json.dumps([p.detach().flatten().tolist() for p in trainer.model.parameters()]))
-dist.destroy_process_group()
+teardown()  # barrier first: destroying gloo with a peer still mid-collective aborts

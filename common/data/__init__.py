@@ -29,9 +29,6 @@ def load(name: str, split: str, root: str | Path = "data", download: bool = Fals
     return REGISTRY[name](split, Path(root), download)
 
 
-__all__ = ["load", "image_splits", "REGISTRY", "DatasetNotFound", "StepSampler"]
-
-
 def _subset(images, labels, size, seed: int):
     if size is None or size >= len(labels):
         return images, labels
@@ -48,3 +45,6 @@ def image_splits(ds_cfg) -> dict[str, tuple]:
     return {"train": _subset(*train, ds_cfg.train_size, 0),
             "eval_train": _subset(*train, ds_cfg.eval_train_size, 1),
             "test": _subset(*test, ds_cfg.test_size, 2)}
+
+
+__all__ = ["load", "image_splits", "REGISTRY", "DatasetNotFound", "StepSampler"]

@@ -49,3 +49,23 @@ def not_found(name: str, looked: list[Path], how: str) -> DatasetNotFound:
     where = ", ".join(str(p) for p in looked)
     return DatasetNotFound(f"dataset '{name}' is not on this machine (looked in: {where}). "
                            f"Get it with: {how}")
+
+
+def find_or_fetch(name: str, candidates: list[Path], files: dict[str, str], url: str, download: bool,
+                  how: str, verify_found: bool = True) -> Path:
+    """The folder holding every file of `files` (name -> sha256): the first of `candidates`
+    that has them all, else a download into `candidates[0]` when allowed. Downloads are always
+    checked; copies found on disk too unless `verify_found` is off."""
+    folder = first_existing(candidates, list(files))
+    if folder is None:
+        if not download:
+            raise not_found(name, candidates, how)
+        for file, digest in files.items():
+            fetch(url + file, candidates[0] / file, digest)
+        return candidates[0]
+    if verify_found:
+        for file, digest in files.items():
+            if sha256(folder / file) != digest:
+                raise UserError(f"{folder / file} does not match its sha256; the copy is corrupt or "
+                                f"altered. Delete it and download again.")
+    return folder

