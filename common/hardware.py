@@ -5,6 +5,7 @@ DDP runs under `torchrun`, which sets RANK/WORLD_SIZE/LOCAL_RANK; gloo on CPU, n
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import random
 from dataclasses import dataclass
@@ -85,7 +86,10 @@ def setup(cfg) -> Hardware:
 
 
 def teardown() -> None:
+    """Leave the process group. Callers drop their DDP models first; the collect frees any
+    left in reference cycles, since a group destroyed at interpreter exit can abort gloo."""
     if dist.is_initialized():
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
 
