@@ -72,7 +72,10 @@ def evaluate_claim(claim: str, table: dict[str, dict[str, float]]) -> tuple[bool
             return _BINOPS[type(node.op)](value(node.left), value(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -value(node.operand)
-        raise UserError(f"claim '{claim}': only row.metric names, numbers, + - * / and "
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "abs"
+                and len(node.args) == 1 and not node.keywords):
+            return abs(value(node.args[0]))
+        raise UserError(f"claim '{claim}': only row.metric names, numbers, + - * /, abs() and "
                         f"comparisons are allowed")
 
     if not isinstance(tree, ast.Compare):

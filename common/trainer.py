@@ -38,16 +38,19 @@ class RunInterrupted(UserError):
         super().__init__(message, exit_code=130)
 
 
-def lr_factor(step: int, max_steps: int, name: str, warmup_steps: int) -> float:
-    """Multiplier of the base learning rate: linear warm-up, then cosine to 0 or constant."""
+def lr_factor(step: int, max_steps: int, name: str, warmup_steps: int, t0: float = 4000.0) -> float:
+    """Multiplier of the base learning rate: linear warm-up, then cosine to 0, constant, or
+    inverse square root sqrt(t0 / (t0 + t)) (Crystalformer's schedule)."""
     if warmup_steps and step < warmup_steps:
         return (step + 1) / warmup_steps
     if name == "constant":
         return 1.0
+    if name == "inverse_sqrt":
+        return math.sqrt(t0 / (t0 + step - warmup_steps))
     if name == "cosine":
         progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-    raise UserError(f"trainer.schedule.name must be 'cosine' or 'constant', got '{name}'")
+    raise UserError(f"trainer.schedule.name must be 'cosine', 'constant' or 'inverse_sqrt', got '{name}'")
 
 
 class _Step(torch.nn.Module):
@@ -85,7 +88,7 @@ class Trainer:
         sched = cfg_trainer.schedule
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
-            lambda s: lr_factor(s, cfg_trainer.max_steps, sched.name, sched.warmup_steps))
+            lambda s: lr_factor(s, cfg_trainer.max_steps, sched.name, sched.warmup_steps, sched.get("t0", 4000.0)))
         self.scaler = torch.amp.GradScaler(enabled=hw.precision == "fp16")
         self.step_module: torch.nn.Module = _Step(self.model)
         if hw.distributed:

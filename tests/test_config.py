@@ -52,6 +52,10 @@ def test_claims_evaluate_on_table():
     assert evaluate_claim("a.x < b.x", table)[0]
     assert not evaluate_claim("a.x > b.x - 0.5", table)[0]
     assert evaluate_claim("a.x >= 0.5 * b.x", table) == (True, "1 >= 1")
+    assert evaluate_claim("abs(a.x - b.x) <= 1", table) == (True, "1 <= 1")
+    assert not evaluate_claim("abs(a.x - b.x) < 0.5", table)[0]
+    with pytest.raises(UserError):
+        evaluate_claim("max(a.x, b.x) < 3", table)
     with pytest.raises(UserError):
         evaluate_claim("__import__('os').x < 1", table)
     with pytest.raises(UserError, match="c.x"):

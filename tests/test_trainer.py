@@ -74,3 +74,5 @@ def test_lr_schedule_warmup_then_cosine_to_zero():
     assert lr_factor(10, 10, "cosine", 2) == pytest.approx(0.0, abs=1e-12)
     assert lr_factor(6, 10, "cosine", 2) == pytest.approx(0.5)
     assert lr_factor(7, 10, "constant", 0) == 1.0
+    assert lr_factor(0, 10, "inverse_sqrt", 0) == 1.0
+    assert lr_factor(12000, 10, "inverse_sqrt", 0, t0=4000) == pytest.approx(0.5)
