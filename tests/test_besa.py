@@ -1,0 +1,129 @@
+"""BESA and its baselines: the soft mask and its straight-through gradient, per-row counts,
+Wanda and SparseGPT against slow references, and zero counts of a pruned (tiny) Llama."""
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torch import nn
+
+from methods.besa import BesaLinear, magnitude, overall_sparsity, perplexity, prune, sparsegpt, wanda
+
+
+def test_soft_mask_matches_definition_and_straight_through():
+    torch.manual_seed(0)
+    lin = nn.Linear(10, 4, bias=False)
+    layer = BesaLinear(lin, torch.rand(10) + 0.1, candidates=20)
+    with torch.no_grad():
+        layer.theta.normal_(0, 2)
+    beta = torch.softmax(layer.theta.detach(), 1)
+    counts = torch.floor(layer.p * 10 + 1e-6)
+    m = layer.mask().detach()
+    s = layer.row_sparsity().detach()
+    for r in range(4):
+        n_drop = int(s[r] * 10 + 1e-6)
+        ranks = layer.rank_of_col[r]
+        for j in range(10):
+            k = int(ranks[j])
+            p_keep = 1 - float(sum(beta[r, d] for d in range(21) if counts[d] > k))
+            assert abs(float(m[r, j]) - (1.0 if k >= n_drop else 0.0)) < 1e-6  # forward: the hard mask
+            # backward: d(mask)/dθ is that of the soft keep-probability
+            g_m = torch.autograd.grad(layer.mask()[r, j], layer.theta)[0]
+            theta = layer.theta.detach().clone().requires_grad_(True)
+            b = torch.softmax(theta[r], 0)
+            soft = 1 - sum((b[d] for d in range(21) if counts[d] > k), torch.zeros((), requires_grad=True))
+            g_p = torch.autograd.grad(soft, theta, allow_unused=True)[0]
+            g_p = torch.zeros_like(theta) if g_p is None else g_p
+            torch.testing.assert_close(g_m, g_p, atol=1e-6, rtol=1e-5)
+            assert abs(p_keep - float(soft.detach())) < 1e-6
+
+
+def test_hard_masks_hit_per_row_counts():
+    torch.manual_seed(1)
+    lin = nn.Linear(37, 8, bias=False)
+    layer = BesaLinear(lin, torch.rand(37) + 0.1)
+    with torch.no_grad():
+        layer.theta.normal_(0, 3)
+    want = torch.floor(layer.row_sparsity().detach() * 37 + 1e-6)
+    out = layer.finish()
+    assert torch.equal((out.weight == 0).sum(1).float(), want)
+
+
+def test_magnitude_and_wanda_against_loops():
+    torch.manual_seed(2)
+    W, x_norm = torch.randn(6, 11), torch.rand(11) * 3
+    for fn, score in ((magnitude, W.abs()), (wanda, W.abs() * x_norm)):
+        got = fn(W, 0.5, x_norm=x_norm)
+        for r in range(6):
+            drop = sorted(range(11), key=lambda j: float(score[r, j]))[:5]
+            want = W[r].clone()
+            want[drop] = 0
+            assert torch.equal(got[r], want)
+
+
+def slow_sparsegpt(W, H, sparsity, blocksize):
+    """The same OBS sweep without lazy batching: every column update hits all later columns."""
+    W, H = W.clone().double(), H.clone().double()
+    n = W.shape[1]
+    H += 0.01 * torch.diag(H).mean() * torch.eye(n, dtype=H.dtype)
+    U = torch.linalg.cholesky(torch.linalg.inv(H), upper=True)
+    for i1 in range(0, n, blocksize):
+        i2 = min(i1 + blocksize, n)
+        score = (W[:, i1:i2] ** 2 / torch.diag(U)[i1:i2] ** 2).flatten()
+        mask = torch.zeros(score.numel(), dtype=torch.bool)
+        mask[score.argsort()[: int(score.numel() * sparsity)]] = True
+        mask = mask.view(W.shape[0], i2 - i1)
+        for i in range(i1, i2):
+            q = W[:, i].clone()
+            q[mask[:, i - i1]] = 0
+            err = (W[:, i] - q) / U[i, i]
+            W[:, i:] -= torch.outer(err, U[i, i:])
+            W[:, i] = q
+    return W
+
+
+def test_sparsegpt_matches_slow_reference_and_beats_magnitude():
+    torch.manual_seed(3)
+    n_in, n_out, tokens = 40, 12, 400
+    mix = torch.randn(n_in, n_in) * 0.3 + torch.eye(n_in)
+    X = torch.randn(tokens, n_in) @ mix          # correlated input features
+    W = torch.randn(n_out, n_in)
+    H = 2 * X.t() @ X / tokens
+    got = sparsegpt(W, 0.5, hessian=H, blocksize=16)
+    want = slow_sparsegpt(W, H, 0.5, 16).float()
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert float((got == 0).float().mean()) == pytest.approx(0.5, abs=0.01)
+    err = lambda Wp: float(((X @ (W - Wp).t()) ** 2).sum())  # noqa: E731
+    assert err(got) < 0.7 * err(magnitude(W, 0.5)) and err(got) < err(wanda(W, 0.5, x_norm=X.norm(dim=0)))
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+@pytest.mark.parametrize("method", ["magnitude", "wanda", "sparsegpt", "besa"])
+def test_pruned_model_zero_count_equals_reported(tiny_llama, method):
+    import copy
+    model = copy.deepcopy(tiny_llama)
+    ids = torch.randint(0, 64, (8, 16))
+    besa = OmegaConf.create({"candidates": 100, "lr": 0.05, "epochs": 2, "lam": 5.0})
+    before = perplexity(model, ids)
+    report = prune(model, ids, 0.5, method, batch=4, besa=besa, progress=False)
+    layer_sp = {k: v for k, v in report.items() if k != "seconds_per_block"}
+    assert len(layer_sp) == 2 * 7
+    numel = {f"{i}.{n}": m.weight.numel() for i, l in enumerate(model.model.layers)
+             for n, m in l.named_modules() if isinstance(m, nn.Linear)}
+    weighted = sum(layer_sp[k] * numel[k] for k in numel) / sum(numel.values())
+    assert overall_sparsity(model) == pytest.approx(weighted, abs=1e-9)
+    assert overall_sparsity(model) == pytest.approx(0.5, abs=0.02)
+    if method != "besa":
+        assert all(v == pytest.approx(0.5, abs=0.01) for v in layer_sp.values())
+    assert perplexity(model, ids) != before
+
+
+def test_bad_method_is_a_clear_error(tiny_llama):
+    with pytest.raises(ValueError, match="method must be one of"):
+        prune(tiny_llama, torch.zeros(2, 4, dtype=torch.long), 0.5, "random")
