@@ -1,0 +1,110 @@
+"""Infinitely connected attention over a periodic crystal (and its cutoff-local baseline).
+
+For atoms i, j of the unit cell and lattice translations n (positions p, lattice rows L):
+    r_ijn = ‖p_j + nL − p_i‖
+    α_ij  = log Σ_n exp(−r²_ijn / 2σ_i²)                 Gaussian distance decay over all images
+    β_ij  = Σ_n w_ijn ψ(r_ijn),  w_ijn = softmax_n(−r²_ijn / 2σ_i²),  ψ(r) = W_E b(r)
+    y_i   = Σ_j softmax_j(q_iᵀk_j/√d + α_ij) (v_j + β_ij)
+    σ_i⁻² = r₀⁻² ρ((q_iᵀw − m)/s),  ρ(x) = (1 − b)·ELU(a x/(1 − b)) + 1
+
+Both sums over n fold into one softmax over *images*: softmax_j(q·k + α_ij)·w_ijn =
+exp(q_iᵀk_j/√d − r²_ijn/2σ_i²) / Σ_{j',n'}(same), so with p_ijn that image softmax,
+    y_i = Σ_{j,n} p_ijn (v_j + ψ(r_ijn)).
+The model therefore works on a list of images ("edges" i ← (j, n)) and never builds the
+(N, N, K) tensor: attention is a softmax grouped by the query atom, and ψ is aggregated as
+Σ p_ijn b(r_ijn) before W_E, in chunks of images recomputed in the backward. The cutoff baseline is the same code with a learned distance
+bias instead of the Gaussian, and only images within its radius.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+MODES = ("full", "simplified", "cutoff")
+
+
+def rbf(r: torch.Tensor, n: int, r_max: float) -> torch.Tensor:
+    """n Gaussian radial basis functions with centres on [0, r_max] and width the spacing."""
+    mu = torch.linspace(0, r_max, n, device=r.device, dtype=r.dtype)
+    delta = r_max / (n - 1)
+    return torch.exp(-((r.unsqueeze(-1) - mu) ** 2) / (2 * delta**2))
+
+
+def shifted_elu(x: torch.Tensor, a: float, b: float) -> torch.Tensor:
+    return (1 - b) * F.elu(a * x / (1 - b)) + 1
+
+
+def group_softmax(scores: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
+    """Softmax of `scores` (E, H) within each group of rows (`group`: (E,) ids)."""
+    H = scores.shape[1]
+    idx = group[:, None].expand(-1, H)
+    top = scores.new_full((n_groups, H), float("-inf")).scatter_reduce(0, idx, scores, "amax")
+    ex = (scores - top[group]).exp()
+    return ex / ex.new_zeros((n_groups, H)).index_add(0, group, ex)[group]
+
+
+class PeriodicAttention(nn.Module):
+    def __init__(self, dim: int, heads: int, mode: str = "full", n_rbf: int = 64, r_max: float = 14.0,
+                 r0: float = 1.4, a: float = 0.1, b: float = 0.5, chunk: int = 32768):
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got '{mode}'")
+        self.dim, self.heads, self.dk, self.mode = dim, heads, dim // heads, mode
+        self.n_rbf, self.r_max, self.r0, self.a, self.b, self.chunk = n_rbf, r_max, r0, a, b, chunk
+        self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
+        self.out = nn.Linear(dim, dim)
+        if mode != "cutoff":
+            self.w = nn.Parameter(torch.randn(heads, self.dk) / math.sqrt(self.dk))
+            # m, s: fixed from the first training batch's statistics of q_iᵀw
+            self.register_buffer("m", torch.zeros(heads))
+            self.register_buffer("s", torch.ones(heads))
+            self.register_buffer("calibrated", torch.zeros((), dtype=torch.bool))
+        if mode != "simplified":
+            self.W_E = nn.Parameter(torch.randn(heads, n_rbf, self.dk) * 0.01)   # ψ, one per head
+        if mode == "cutoff":
+            self.phi = nn.Parameter(torch.zeros(heads, n_rbf))                    # distance bias
+
+    def inv_sigma2(self, q: torch.Tensor) -> torch.Tensor:
+        """σ_i⁻² per atom and head, (atoms, H)."""
+        x = torch.einsum("ahd,hd->ah", q, self.w)
+        if self.training and not bool(self.calibrated):
+            with torch.no_grad():
+                self.m.copy_(x.mean(0))
+                self.s.copy_(x.std(0).clamp_min(1e-6))
+                self.calibrated.fill_(True)
+        return shifted_elu((x - self.m) / self.s, self.a, self.b) / self.r0**2
+
+    def forward(self, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
+        """x (atoms, D) for all real atoms of the batch; images as edges: query atom `src`,
+        key atom `dst`, squared distance `r2` (E,). Returns (atoms, D)."""
+        A = x.shape[0]
+        q, k, v = (f(x).view(A, self.heads, self.dk) for f in (self.q, self.k, self.v))
+        score = (q[src] * k[dst]).sum(-1) / math.sqrt(self.dk)                   # (E, H)
+        if self.mode == "cutoff":
+            score = score + rbf(r2.sqrt(), self.n_rbf, self.r_max) @ self.phi.t()  # learned distance bias
+        else:
+            score = score - 0.5 * r2[:, None] * self.inv_sigma2(q)[src]
+        p = group_softmax(score, src, A)                                         # (E, H)
+        y = x.new_zeros(A, self.heads, self.dk).index_add(0, src, p[..., None] * v[dst])
+        if self.mode != "simplified":
+            y = y + torch.einsum("ahr,hrd->ahd", self._radial_sum(p, r2, src, A), self.W_E)
+        return self.out(y.reshape(A, self.dim))
+
+    def _radial_sum(self, p: torch.Tensor, r2: torch.Tensor, src: torch.Tensor, atoms: int) -> torch.Tensor:
+        """Σ_{images of i} p_ijn b(r_ijn), (atoms, H, basis). The (images, H, basis) product is
+        built `chunk` images at a time and recomputed in the backward, so memory stays bounded."""
+        def part(p_c, r2_c, src_c):
+            prod = p_c[..., None] * rbf(r2_c.sqrt(), self.n_rbf, self.r_max)[:, None]
+            return p_c.new_zeros(atoms, self.heads, self.n_rbf).index_add(0, src_c, prod)
+
+        if len(src) <= self.chunk:                 # small enough to keep for the backward as is
+            return part(p, r2, src)
+        total = 0
+        for s in range(0, len(src), self.chunk):
+            args = (p[s:s + self.chunk], r2[s:s + self.chunk], src[s:s + self.chunk])
+            total = total + (checkpoint(part, *args, use_reentrant=False) if torch.is_grad_enabled() else part(*args))
+        return total

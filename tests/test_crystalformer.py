@@ -1,0 +1,173 @@
+"""Crystalformer: the image-softmax attention equals the paper's α/β formulation written as
+loops over atoms, atoms and translations; predictions are invariant to supercells, rotations,
+translations and atom permutations; the generated Ewald set and the loaders."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from methods.crystalformer import Crystalformer, PeriodicAttention, collate
+from methods.crystalformer.attention import rbf, shifted_elu
+
+pytest.importorskip("pymatgen")
+
+
+def rock_salt(a=5.64):
+    """NaCl conventional cell (8 atoms), lattice rows a·I."""
+    frac = np.array([[0, 0, 0], [0, .5, .5], [.5, 0, .5], [.5, .5, 0],
+                     [.5, 0, 0], [0, .5, 0], [0, 0, .5], [.5, .5, .5]])
+    lattice = np.eye(3) * a
+    return {"z": np.array([11] * 4 + [17] * 4), "pos": frac @ lattice, "lattice": lattice, "target": 0.0}
+
+
+def skewed(seed=0):
+    rng = np.random.default_rng(seed)
+    lattice = np.array([[4.0, 0, 0], [1.2, 3.7, 0], [0.5, 0.8, 5.1]]) + rng.normal(0, 0.1, (3, 3))
+    frac = rng.random((5, 3))
+    return {"z": np.array([8, 8, 12, 22, 3]), "pos": frac @ lattice, "lattice": lattice, "target": 0.0}
+
+
+def slow_attention(att: PeriodicAttention, x, crystal, reach):
+    """y_i = Σ_j softmax_j(q_iᵀk_j/√d + α_ij)(v_j + β_ij) with explicit loops over i, j and n."""
+    pos, L = torch.as_tensor(crystal["pos"]), torch.as_tensor(crystal["lattice"])
+    N, H, dk = len(pos), att.heads, att.dk
+    q, k, v = (f(x).view(N, H, dk) for f in (att.q, att.k, att.v))
+    inv_s2 = shifted_elu((torch.einsum("ahd,hd->ah", q, att.w) - att.m) / att.s, att.a, att.b) / att.r0**2
+    R = 6
+    ns = [torch.tensor([a, b, c], dtype=L.dtype) for a in range(-R, R + 1) for b in range(-R, R + 1)
+          for c in range(-R, R + 1)]
+    y = torch.zeros(N, H, dk, dtype=x.dtype)
+    for h in range(H):
+        for i in range(N):
+            logits, values = [], []
+            for j in range(N):
+                terms, dists = [], []
+                for n in ns:
+                    r = torch.linalg.norm(pos[j] + n @ L - pos[i])
+                    if r <= reach:
+                        terms.append(-r**2 * inv_s2[i, h] / 2)
+                        dists.append(r)
+                if not terms:
+                    continue
+                terms = torch.stack(terms)
+                alpha = torch.logsumexp(terms, 0)
+                w = torch.softmax(terms, 0)
+                beta = 0
+                if att.mode == "full":
+                    psi = rbf(torch.stack(dists), att.n_rbf, att.r_max) @ att.W_E[h]      # (n, dk)
+                    beta = (w[:, None] * psi).sum(0)
+                logits.append(q[i, h] @ k[j, h] / math.sqrt(dk) + alpha)
+                values.append(v[j, h] + beta)
+            a = torch.softmax(torch.stack(logits), 0)
+            y[i, h] = (a[:, None] * torch.stack(values)).sum(0)
+    return att.out(y.reshape(N, H * dk))
+
+
+@pytest.mark.parametrize("mode", ["full", "simplified"])
+def test_image_softmax_equals_alpha_beta_loops(mode):
+    torch.manual_seed(0)
+    model = Crystalformer(dim=16, depth=1, heads=2, ffn=16, mode=mode, n_rbf=8).double()
+    crystal = skewed()
+    batch = collate([crystal], reach=model.reach)
+    att = model.blocks[0].attn
+    with torch.no_grad():
+        att.m.normal_(0, 0.3), att.s.uniform_(0.5, 2.0)
+        att.calibrated.fill_(True)
+    x = torch.randn(5, 16, dtype=torch.float64)
+    fast = att(x, batch["src"], batch["dst"], batch["r2"])
+    torch.testing.assert_close(fast, slow_attention(att, x, crystal, model.reach), rtol=1e-9, atol=1e-10)
+
+
+def _predict(model, crystals):
+    with torch.no_grad():
+        return model(collate(crystals))
+
+
+def _rotation(seed):
+    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(3, 3)))
+    return q
+
+
+@pytest.mark.parametrize("mode", ["full", "simplified", "cutoff"])
+def test_invariances(mode):
+    torch.manual_seed(0)
+    model = Crystalformer(dim=32, depth=2, heads=4, ffn=64, mode=mode, n_rbf=16).double()
+    base = [rock_salt(), skewed(1)]
+    model.train()
+    model(collate(base))                      # fixes m and s from a first batch, as in training
+    model.eval()
+    ref = _predict(model, base)
+    assert abs(float(ref[0] - ref[1])) > 1e-4, "the two test crystals should get different predictions"
+    for c, y in zip(base, ref):
+        L = c["lattice"]
+        super_cell = {**c, "z": np.concatenate([c["z"]] * 2), "pos": np.concatenate([c["pos"], c["pos"] + L[0]]),
+                      "lattice": L * np.array([[2.0], [1.0], [1.0]])}
+        R = _rotation(3)
+        rotated = {**c, "pos": c["pos"] @ R.T, "lattice": L @ R.T}
+        frac = ((c["pos"] + np.array([0.37, -1.2, 2.9])) @ np.linalg.inv(L)) % 1.0   # shifted and wrapped
+        shifted = {**c, "pos": frac @ L}
+        perm = np.random.default_rng(0).permutation(len(c["z"]))
+        permuted = {**c, "z": c["z"][perm], "pos": c["pos"][perm]}
+        for name, variant in [("supercell", super_cell), ("rotation", rotated), ("translation", shifted),
+                              ("permutation", permuted)]:
+            got = _predict(model, [variant])[0]
+            assert abs(float(got - y)) < 1e-8 * max(1.0, abs(float(y))), (name, float(got), float(y))
+
+
+def test_chunked_radial_sum_matches_one_pass():
+    torch.manual_seed(0)
+    model = Crystalformer(dim=16, depth=1, heads=2, ffn=16, n_rbf=8).double()
+    batch = collate([rock_salt(), skewed(1)], reach=model.reach)
+    att = model.blocks[0].attn
+    x = torch.randn(13, 16, dtype=torch.float64, requires_grad=True)
+    whole = att(x, batch["src"], batch["dst"], batch["r2"])
+    g_whole = torch.autograd.grad(whole.sum(), [x, att.W_E])
+    att.chunk = 100                                   # forces several checkpointed chunks
+    chunked = att(x, batch["src"], batch["dst"], batch["r2"])
+    torch.testing.assert_close(chunked, whole)
+    for a, b in zip(torch.autograd.grad(chunked.sum(), [x, att.W_E]), g_whole):
+        torch.testing.assert_close(a, b)
+
+
+def test_prediction_does_not_depend_on_batch_mates():
+    torch.manual_seed(0)
+    model = Crystalformer(dim=16, depth=1, heads=2, ffn=16).double().eval()
+    a, b = rock_salt(), skewed(2)
+    torch.testing.assert_close(_predict(model, [a, b])[0], _predict(model, [a])[0])
+
+
+def test_swa_module_gets_the_calibrated_buffers():
+    """run() evaluates swa.module, copied before training fixed m, s and the target scale;
+    AveragedModel.update_parameters must bring those buffers along."""
+    torch.manual_seed(0)
+    model = Crystalformer(dim=16, depth=1, heads=2, ffn=16).double()
+    swa = torch.optim.swa_utils.AveragedModel(model)        # copied before calibration, as in run()
+    model.y_mean.fill_(-3.0)
+    model.train()
+    model(collate([rock_salt(), skewed(1)]))               # fixes m, s
+    swa.update_parameters(model)
+    model.eval()
+    torch.testing.assert_close(_predict(swa.module.eval(), [skewed(2)]), _predict(model, [skewed(2)]))
+
+
+def test_parameter_count_matches_paper_scale():
+    n = sum(p.numel() for p in Crystalformer().parameters())
+    assert 800_000 < n < 900_000      # the paper: about 853K
+
+
+def test_ewald_set_is_cached_and_charge_balanced(tmp_path):
+    from common.data.crystals import charge_assignments, load_ewald
+    assert charge_assignments([1, 1]) == [(1, -1), (2, -2), (3, -3), (-1, 1), (-2, 2), (-3, 3)]
+    cs = load_ewald(20, seed=5, root=tmp_path)
+    assert len(cs) == 20 and (tmp_path / "crystals").exists()
+    again = load_ewald(20, seed=5, root=tmp_path)
+    assert [c["formula"] for c in cs] == [c["formula"] for c in again]
+    assert all(np.isfinite(c["target"]) and c["target"] < 0 for c in cs)   # ionic crystals bind
+
+
+def test_dcdft_loads():
+    pytest.importorskip("ase")
+    from common.data.crystals import load_dcdft
+    cs = load_dcdft()
+    assert len(cs) >= 60 and all(c["target"] > 0 for c in cs)
