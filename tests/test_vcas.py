@@ -80,7 +80,7 @@ def test_sampled_gradient_is_unbiased(act, w):
 def test_samplew_variance_matches_analytic():
     torch.manual_seed(0)
     lin = SampledLinear(8, 6)
-    state = SamplingState(1, nu=[0.3])
+    state = SamplingState(1, nu=[0.3], record=True)
     lin.state = state
     x, gz = torch.randn(40, 8) * torch.rand(40, 1) * 3, torch.randn(40, 6)
     gws = []
@@ -119,6 +119,7 @@ def test_dropped_samples_are_not_recomputed():
     assert seen[0] == (False, 64) and len(recomputed) == 1
     assert recomputed[0] == round(state.kept_act[0] * 64) and recomputed[0] < 40
     assert int((x.grad.abs().sum(dim=(1, 2)) > 0).sum()) == recomputed[0]
+    assert state.norms[0] == [], "training passes must not pile up statistics (only controller passes record)"
 
 
 def test_controller_drives_act_variance_to_tau():

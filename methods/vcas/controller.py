@@ -37,28 +37,29 @@ class VarianceController:
         self.tau_act, self.tau_w, self.alpha, self.beta, self.nu_min = tau_act, tau_w, alpha, beta, nu_min
         self.s = 1.0
 
-    def _grads(self, loss_fn, batch, params, act: bool, measure_w: bool) -> list[torch.Tensor]:
+    def _grads(self, loss_fn, batch, params, act: bool) -> list[torch.Tensor]:
         st = self.state
-        st.sample_act, st.sample_w, st.measure_w = act, False, measure_w
+        # the exact passes keep plain nn.Linear gradients; the SampleA passes also measure SampleW
+        st.sample_act, st.sample_w, st.record, st.measure_w = act, False, True, act
         return [g.detach() for g in torch.autograd.grad(loss_fn(batch), params)]
 
     def estimate(self, loss_fn: Callable, batches: Sequence, params: Sequence[torch.Tensor]) -> dict:
         """The three variances (summed over all parameters) and the exact per-block norms."""
         st, m = self.state, self.m
-        saved = (st.sample_act, st.sample_w, st.measure_w)
+        saved = (st.sample_act, st.sample_w, st.record, st.measure_w)
         st.reset_stats()
         exact, v_act = [], 0.0
         for batch in batches[:m]:
-            exact.append(self._grads(loss_fn, batch, params, act=False, measure_w=False))
+            exact.append(self._grads(loss_fn, batch, params, act=False))
         norms = {l: torch.cat(v) for l, v in st.norms.items()}   # exact passes only
         st.reset_stats()
         for batch, g in zip(batches[:m], exact):
             for _ in range(m):
-                v_act += sq_dist(self._grads(loss_fn, batch, params, act=True, measure_w=True), g)
+                v_act += sq_dist(self._grads(loss_fn, batch, params, act=True), g)
         mean = [sum(gs) / m for gs in zip(*exact)]
         v_sgd = sum(sq_dist(g, mean) for g in exact) / (m - 1)
         w_var = [v / m**2 for v in st.w_var]
-        st.sample_act, st.sample_w, st.measure_w = saved
+        st.sample_act, st.sample_w, st.record, st.measure_w = saved
         st.reset_stats()
         return {"v_sgd": v_sgd, "v_act": v_act / m**2, "v_w": w_var, "norms": norms}
 

@@ -109,7 +109,7 @@ class Sampled(nn.Module):
             self.s.fill_(ctl.s)
             self.rho.copy_(torch.tensor(st.rho))
             self.nu.copy_(torch.tensor(st.nu))
-        st.sample_act, st.sample_w, st.measure_w = True, True, False
+        st.sample_act, st.sample_w, st.record, st.measure_w = True, True, False, False
         bp = sum(r + r * n for r, n in zip(st.rho, st.nu))   # act-grad ρ_l, weight-grad ρ_l·ν_l
         logs = {**self.ctl_logs, "rho_mean": sum(st.rho) / L, "nu_mean": sum(st.nu) / L}
         return self.loss(batch), bp, overhead, logs

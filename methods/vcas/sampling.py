@@ -58,12 +58,12 @@ class SamplingState:
     nu: list[float] = field(default_factory=list)        # SampleW keep ratio per block
     sample_act: bool = True
     sample_w: bool = True
-    measure_w: bool = False    # compute SampleW's variance but keep the exact weight gradient
+    record: bool = False       # controller passes: keep output-gradient norms and SampleW's variance
+    measure_w: bool = False    # route linears through SampleW (for its variance), exact weight gradient
     generator: torch.Generator | None = None
-    norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)   # per block, per backward
+    norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)   # per block, recorded passes
     w_var: list[float] = field(default_factory=list)     # Σ_i (1/q_i − 1)‖a_i‖²‖b_i‖² per block
     kept_act: list[float] = field(default_factory=list)  # kept samples / N, last backward
-    kept_w: list[list[float]] = field(default_factory=list)  # kept rows / all rows, per linear
 
     def __post_init__(self):
         self.rho = self.rho or [1.0] * self.num_blocks
@@ -74,7 +74,6 @@ class SamplingState:
         self.norms = {l: [] for l in range(self.num_blocks)}
         self.w_var = [0.0] * self.num_blocks
         self.kept_act = [1.0] * self.num_blocks
-        self.kept_w = [[] for _ in range(self.num_blocks)]
 
     def bernoulli(self, p: torch.Tensor) -> torch.Tensor:
         return torch.rand(p.shape, generator=self.generator, device=p.device) < p
@@ -94,7 +93,8 @@ class _SampleA(torch.autograd.Function):
         state, layer = ctx.state, ctx.layer
         n = gy.shape[0]
         norms = gy.reshape(n, -1).norm(dim=1)
-        state.norms[layer].append(norms.detach())
+        if state.record:
+            state.norms[layer].append(norms.detach())
         if state.sample_act:
             p = water_fill(norms, state.rho[layer] * n)
             idx = state.bernoulli(p).nonzero().squeeze(1)
@@ -130,12 +130,12 @@ class _SampleW(torch.autograd.Function):
         gx = (gz2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
         a2, b2 = gz2.float().pow(2).sum(1), x2.float().pow(2).sum(1)
         q = water_fill((a2 * b2).sqrt(), state.nu[layer] * len(gz2))
-        kept = q > 0
-        state.w_var[layer] += float(((1 / q[kept] - 1) * a2[kept] * b2[kept]).sum())
+        if state.record:
+            kept = q > 0
+            state.w_var[layer] += float(((1 / q[kept] - 1) * a2[kept] * b2[kept]).sum())
         if state.sample_w:
             rows = state.bernoulli(q).nonzero().squeeze(1)
             gw = (gz2[rows] / q[rows].to(gz.dtype).unsqueeze(1)).t() @ x2[rows]
-            state.kept_w[layer].append(len(rows) / max(len(gz2), 1))
         else:
             gw = gz2.t() @ x2
         gb = gz2.sum(0) if ctx.has_bias else None
@@ -144,7 +144,7 @@ class _SampleW(torch.autograd.Function):
 
 class SampledLinear(nn.Linear):
     """nn.Linear whose weight gradient is SampleW'd while `state.sample_w` is on
-    (`state.measure_w` only records the variance SampleW would add)."""
+    (`state.measure_w` with `state.record` only records the variance SampleW would add)."""
     state: SamplingState | None = None
     layer: int = 0
 
