@@ -151,6 +151,18 @@ def test_swa_module_gets_the_calibrated_buffers():
     torch.testing.assert_close(_predict(swa.module.eval(), [skewed(2)]), _predict(model, [skewed(2)]))
 
 
+def test_predict_takes_pymatgen_structures():
+    from pymatgen.core import Lattice, Structure
+
+    from methods.crystalformer import predict
+    torch.manual_seed(0)
+    model = Crystalformer(dim=16, depth=1, heads=2, ffn=16)
+    c = rock_salt()
+    structure = Structure(Lattice(c["lattice"]), ["Na"] * 4 + ["Cl"] * 4, c["pos"], coords_are_cartesian=True)
+    got = predict(model, [structure, c])
+    assert got.shape == (2,) and abs(float(got[0] - got[1])) < 1e-5
+
+
 def test_parameter_count_matches_paper_scale():
     n = sum(p.numel() for p in Crystalformer().parameters())
     assert 800_000 < n < 900_000      # the paper: about 853K
