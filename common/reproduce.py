@@ -18,9 +18,12 @@ from common.runner import run_method
 RESULTS_DIR = results.ROOT / "results"
 
 
-def experiments(method: str, tier: str) -> list[str]:
-    """smoke/mini: <method>_<tier>*.yaml; paper: every other <method>_<dataset>.yaml."""
+def experiments(method: str, tier: str, headline: bool = False) -> list[str]:
+    """smoke/mini: <method>_<tier>*.yaml (only <method>_<tier>.yaml with `headline`);
+    paper: every other <method>_<dataset>.yaml."""
     found = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob(f"{method}_*.yaml"))
+    if headline and tier != "paper":
+        found = [n for n in found if n == f"{method}_{tier}"]
     if tier == "paper":
         names = [n for n in found if not n.startswith((f"{method}_smoke", f"{method}_mini"))]
     else:
@@ -154,10 +157,13 @@ def copy_figures(runs: dict[str, list[dict]], experiment: str) -> list[Path]:
     return copied
 
 
-def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool = False) -> int:
+def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool = False,
+              headline: bool = False) -> int:
+    """Run the tier's tables, evaluate the claims, write results/ and the README regions.
+    `headline` (CI) runs only <method>_<tier>.yaml and writes nothing: print and check."""
     tables = []
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        for name in experiments(method, tier):
+        for name in experiments(method, tier, headline):
             t = run_table(name, extra, fresh)
             t["experiment"] = name
             t["summary"] = summarise(t["runs"])
@@ -166,11 +172,15 @@ def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool
                            for c in t["config"].claims]
             t["known_failures"] = [{"claim": k.claim, "why": k.why, **dict(zip(("holds", "values"),
                                     evaluate_claim(k.claim, means)))} for k in t["config"].known_failures]
-            RESULTS_DIR.mkdir(exist_ok=True)
-            t["plot"] = plot_curves(t["runs"], RESULTS_DIR / f"{name}.png", name)
-            t["figures"] = copy_figures(t["runs"], name)
+            if not headline:
+                RESULTS_DIR.mkdir(exist_ok=True)
+                t["plot"] = plot_curves(t["runs"], RESULTS_DIR / f"{name}.png", name)
+                t["figures"] = copy_figures(t["runs"], name)
             tables.append(t)
     text = markdown(method, tier, tables)
+    if headline:
+        print(text)
+        return _verdict(tables, check)
     stem = RESULTS_DIR / f"{method}_{tier}"
     stem.with_suffix(".md").write_text(text)
     # the method README shows the same tables (figures linked from results/)
@@ -184,6 +194,10 @@ def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool
     results.write(stem.with_suffix(".json"), payload)
     write_index()
     print(text)
+    return _verdict(tables, check)
+
+
+def _verdict(tables: list[dict], check: bool) -> int:
     failed = [c["claim"] for t in tables for c in t["claims"] if not c["holds"]]
     if check and failed:
         print("claims that failed: " + "; ".join(failed))

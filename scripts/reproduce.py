@@ -24,6 +24,8 @@ def main() -> None:
     parser.add_argument("--tier", choices=["smoke", "mini", "paper"], default="mini")
     parser.add_argument("--check", action="store_true", help="exit 1 when a claim fails")
     parser.add_argument("--fresh", action="store_true", help="rerun even when a matching run exists")
+    parser.add_argument("--headline", action="store_true",
+                        help="only <method>_<tier>.yaml, print and check, write nothing (CI)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hardware=cuda")
     args = parser.parse_args()
@@ -32,7 +34,8 @@ def main() -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
-    sys.exit(guarded(lambda: reproduce(args.method, args.tier, args.check, args.overrides, args.fresh),
+    sys.exit(guarded(lambda: reproduce(args.method, args.tier, args.check, args.overrides, args.fresh,
+                                       args.headline),
                      args.debug))
 
 

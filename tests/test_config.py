@@ -60,3 +60,10 @@ def test_claims_evaluate_on_table():
         evaluate_claim("__import__('os').x < 1", table)
     with pytest.raises(UserError, match="c.x"):
         evaluate_claim("c.x < 1", table)
+
+
+def test_headline_selects_only_the_method_tier_table():
+    from common.reproduce import experiments
+    assert "care_mini_sweep" in experiments("care", "mini")
+    assert experiments("care", "mini", headline=True) == ["care_mini"]
+    assert "care_mini" not in experiments("care", "paper", headline=True)
