@@ -4,19 +4,21 @@ Offline: ionic crystals generated from pymatgen's AFLOW prototype library (288 p
 charge-balanced element substitution and a random lattice strain, labelled with their Ewald
 electrostatic energy per atom (`pymatgen.analysis.ewald.EwaldSummation`): a long-range,
 periodic quantity no cutoff model captures exactly. Also ase's `dcdft.json` (71 elemental
-crystals with experimental bulk moduli). Online (paper tier): JARVIS-DFT 3D and the Materials
+crystals with bulk moduli). Online (paper tier): JARVIS-DFT 3D and the Materials
 Project 2018.6.1 snapshot (the MEGNet set Matformer and PotNet use) from figshare.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import pickle
 import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from common.data import safe_pickle
 from common.data.download import DatasetNotFound, fetch, sha256
 
 # cations and anions by |oxidation state|, chosen to have Shannon radii in pymatgen
@@ -28,10 +30,8 @@ ANIONS = {1: ("F", "Cl", "Br", "I"), 2: ("O", "S", "Se", "Te"), 3: ("N",)}
 def charge_assignments(counts: list[int]) -> list[tuple[int, ...]]:
     """Every oxidation state per element group (cations +1..+4, anions −1..−3, at least one
     of each) with zero total charge Σ count·q."""
-    import itertools
-    options = [q for q in (1, 2, 3, 4, -1, -2, -3)]
     out = []
-    for qs in itertools.product(options, repeat=len(counts)):
+    for qs in itertools.product((1, 2, 3, 4, -1, -2, -3), repeat=len(counts)):
         if any(q > 0 for q in qs) and any(q < 0 for q in qs) and sum(c * q for c, q in zip(counts, qs)) == 0:
             out.append(qs)
     return out
@@ -97,13 +97,13 @@ def generate_ewald(n: int, seed: int, max_atoms: int = 16, strain: float = 0.05)
 
 def load_ewald(n: int, seed: int, root: str | Path, max_atoms: int = 16) -> list[dict]:
     """The generated set, cached on disk keyed by its seed, size and atom limit."""
-    path = Path(root) / "crystals" / f"ewald_seed{seed}_n{n}_max{max_atoms}.pt"
-    if path.exists():
-        return torch.load(path, weights_only=False)["crystals"]
+    path = Path(root) / "crystals" / f"ewald_seed{seed}_n{n}_max{max_atoms}.pkl"
+    if path.exists():   # read back through the numpy-only unpickler: no code runs from a data file
+        return safe_pickle.load(path)
     crystals = generate_ewald(n, seed, max_atoms)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".part")
-    torch.save({"crystals": crystals}, tmp)
+    tmp.write_bytes(pickle.dumps(crystals))
     tmp.replace(path)
     return crystals
 
@@ -144,6 +144,8 @@ def load_jarvis(name: str, target: str, root: str | Path, download: bool) -> lis
         stamp.write_text(sha256(path))
     elif stamp.exists() and sha256(path) != stamp.read_text().strip():
         raise DatasetNotFound(f"{path} no longer matches the sha256 recorded at download; delete it and download again")
+    from pymatgen.core import Element
+
     rows = json.loads(zipfile.ZipFile(path).read(member))
     out = []
     for r in rows:
@@ -154,7 +156,6 @@ def load_jarvis(name: str, target: str, root: str | Path, download: bool) -> lis
         lattice = np.array(a["lattice_mat"], dtype=np.float64)
         coords = np.array(a["coords"], dtype=np.float64)
         pos = coords if a.get("cartesian") else coords @ lattice
-        from pymatgen.core import Element
         out.append({"z": np.array([Element(e).Z for e in a["elements"]], dtype=np.int64), "pos": pos,
                     "lattice": lattice, "target": float(y), "formula": r.get("formula", "")})
     return out
