@@ -3,9 +3,10 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from methods.rfm import FlatTorus, Sphere, VMFMixture, conditional_path, divergence, log_likelihood, premetric_field
-from methods.rfm.model import VectorField
+from methods.rfm.model import VectorField, ema
 
 torch.set_default_dtype(torch.float32)
 MANIFOLDS = [Sphere(), FlatTorus(2), FlatTorus(5)]
@@ -146,3 +147,20 @@ def test_closest_point_on_triangle_against_dense_sampling():
         brute = np.linalg.norm(samples - p, axis=1).min()
         assert np.linalg.norm(q - p) <= brute + 1e-9 and np.linalg.norm(q - p) == pytest.approx(brute, abs=1e-2)
         np.testing.assert_allclose(bary @ np.stack([a, b, c]), q, atol=1e-12)
+
+
+def test_ema_warms_up_like_the_official_schedule():
+    """After updates with weights w_0, w_1, ...: e = w_0, then e ← e + (1 − d_n)(w_n − e) with
+    d_n = min(0.999, (1 + n)/(10 + n)); the early weights (the random init) fade quickly."""
+    torch.manual_seed(0)
+    net = nn.Linear(3, 2)
+    averaged = ema(net, 0.999)
+    assert not any(p.requires_grad for p in averaged.parameters())
+    expected = None
+    for n in range(30):
+        with torch.no_grad():
+            net.weight.copy_(torch.randn(2, 3))
+        averaged.update_parameters(net)
+        w = net.weight.detach().clone()
+        expected = w if expected is None else expected + (1 - min(0.999, (1 + n) / (10 + n))) * (w - expected)
+    torch.testing.assert_close(averaged.module.weight, expected, rtol=1e-6, atol=1e-6)

@@ -13,7 +13,7 @@ from methods.rfm.baselines import VMFMixture
 from methods.rfm.loss import euclidean_fm_loss, rfm_loss
 from methods.rfm.manifolds import FlatTorus, Sphere
 from methods.rfm.mesh import SpectralMesh, icosphere
-from methods.rfm.model import EMA, VectorField
+from methods.rfm.model import VectorField, ema
 from methods.rfm.ode import divergence, log_likelihood, sample
 from methods.rfm.path import conditional_path, premetric_field
 from methods.rfm.plots import density_map
@@ -26,12 +26,11 @@ class FlowMatching(nn.Module):
         super().__init__()
         self.manifold, self.variant = manifold, cfg.variant
         self.field = VectorField(manifold, cfg.hidden, cfg.layers, project=cfg.variant == "riemannian")
-        self._ema = EMA(self.field, cfg.ema_decay)
-        self.ema_field = self._ema.model            # registered, so checkpoints carry it
+        self.ema = ema(self.field, cfg.ema_decay)   # a submodule, so checkpoints carry it and its count
 
     def training_step(self, x1: torch.Tensor):
         # EMA of the weights as they stand after the previous optimiser step
-        self._ema.update(self.field)
+        self.ema.update_parameters(self.field)
         x0 = self.manifold.random_uniform(len(x1), dtype=x1.dtype)
         t = torch.rand(len(x1), dtype=x1.dtype)
         if self.variant == "riemannian":
@@ -40,8 +39,8 @@ class FlowMatching(nn.Module):
 
     def eval_field(self) -> VectorField:
         """The EMA field, projected onto the tangent space (the ablation is projected only here)."""
-        self.ema_field.project = True
-        return self.ema_field
+        self.ema.module.project = True
+        return self.ema.module
 
 
 def load_points(ds, seed: int) -> tuple[object, dict[str, torch.Tensor]]:
@@ -90,5 +89,5 @@ def run(cfg) -> dict[str, float]:
     return metrics
 
 
-__all__ = ["FlatTorus", "Sphere", "SpectralMesh", "icosphere", "VectorField", "VMFMixture", "conditional_path", "premetric_field",
+__all__ = ["FlatTorus", "Sphere", "SpectralMesh", "icosphere", "VectorField", "ema", "VMFMixture", "conditional_path", "premetric_field",
            "rfm_loss", "euclidean_fm_loss", "divergence", "log_likelihood", "sample", "run"]

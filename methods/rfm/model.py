@@ -1,11 +1,10 @@
 """The vector field v_θ(t, x): an MLP on the manifold's features with time fed to every layer."""
 from __future__ import annotations
 
-import copy
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.swa_utils import AveragedModel
 
 
 class TimeLinear(nn.Module):
@@ -41,16 +40,15 @@ class VectorField(nn.Module):
         return self.manifold.proju(x, out) if self.project else out
 
 
-class EMA:
-    """Exponential moving average of a model's weights (decay 0.999 in the paper)."""
+def ema(model: nn.Module, decay: float) -> AveragedModel:
+    """Exponential moving average of a model's weights, decay 0.999 in the paper, warmed up as in
+    the official code: the decay at update n is min(decay, (1 + n) / (10 + n)). Without the
+    warm-up, 0.999 keeps 0.999^2000 = 13.5% of the random initial weights after 2000 steps, which
+    cost 0.7 nats of volcano test NLL at the mini tier (README, Deviations)."""
+    def avg_fn(averaged: torch.Tensor, current: torch.Tensor, num_averaged) -> torch.Tensor:
+        n = float(num_averaged)
+        return averaged.lerp(current, 1.0 - min(decay, (1.0 + n) / (10.0 + n)))
 
-    def __init__(self, model: nn.Module, decay: float):
-        self.decay = decay
-        self.model = copy.deepcopy(model).eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
-
-    @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
-        for ema, p in zip(self.model.parameters(), model.parameters()):
-            ema.lerp_(p, 1 - self.decay)
+    averaged = AveragedModel(model, avg_fn=avg_fn).eval()
+    averaged.requires_grad_(False)  # never handed to the optimiser
+    return averaged

@@ -19,13 +19,17 @@ def density_map(log_prob_fn, data_xyz: torch.Tensor, path: Path, title: str, res
     lon = np.arange(-180 + resolution / 2, 180, resolution)
     grid_lon, grid_lat = np.meshgrid(lon, lat)
     xyz = torch.from_numpy(latlon_to_xyz(grid_lat.ravel(), grid_lon.ravel()))
-    density = log_prob_fn(xyz).exp().reshape(grid_lat.shape).numpy()
+    # log density, clipped 10 nats below the peak: a linear scale shows only the sharpest mode
+    log_density = log_prob_fn(xyz).reshape(grid_lat.shape).numpy()
+    top = float(np.nanmax(log_density))
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), sharey=True)
     dlat, dlon = xyz_to_latlon(data_xyz.numpy())
     axes[0].scatter(dlon, dlat, s=2, c="crimson", alpha=0.5)
     axes[0].set_title("data (test + train)")
-    axes[1].imshow(density, origin="lower", extent=(-180, 180, -90, 90), cmap="magma", aspect="auto")
+    image = axes[1].imshow(log_density, origin="lower", extent=(-180, 180, -90, 90), cmap="magma",
+                           aspect="auto", vmin=top - 10.0, vmax=top)
     axes[1].set_title(title)
+    fig.colorbar(image, ax=axes[1], label="log density (nats)")
     for ax in axes:
         ax.set_xlim(-180, 180), ax.set_ylim(-90, 90), ax.set_xlabel("longitude")
     axes[0].set_ylabel("latitude")
