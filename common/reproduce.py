@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -64,19 +65,32 @@ def run_table(experiment: str, extra: list[str], fresh: bool, log=print) -> dict
             cfg = compose("train", overrides=[f"experiment={experiment}", *row_overrides, *extra,
                                               f"seed={seed}", f"run_name={experiment}/{row}"])
             metrics = None if fresh else _cached(cfg)
-            status = "cached"
+            status, wall = "cached", None
             if metrics is None:
+                start = time.perf_counter()
                 metrics, status = run_method(cfg), "ran"
-            log(f"[{experiment}] {row} seed={seed} ({status}): "
+                wall = time.perf_counter() - start
+            log(f"[{experiment}] {row} seed={seed} ({status}{f', {wall:.0f} s' if wall else ''}): "
                 + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
-            runs.setdefault(row, []).append({"seed": seed, "run_dir": cfg.run_dir, **metrics})
+            runs.setdefault(row, []).append({"seed": seed, "run_dir": cfg.run_dir, "wall_s": wall, **metrics})
     return {"config": base, "runs": runs}
+
+
+_RUN_INFO = ("seed", "run_dir", "wall_s")
+
+
+def wall_time(runs: dict[str, list[dict]]) -> str:
+    """'12.3 min for 15 runs' over the runs executed now (reused runs have no time)."""
+    walls = [s["wall_s"] for seeds in runs.values() for s in seeds if s.get("wall_s")]
+    total = sum(len(seeds) for seeds in runs.values())
+    reused = f", {total - len(walls)} reused" if len(walls) < total else ""
+    return f"{sum(walls) / 60:.1f} min for {len(walls)} runs{reused}"
 
 
 def summarise(runs: dict[str, list[dict]]) -> dict[str, dict[str, tuple[float, float, int]]]:
     out = {}
     for row, seeds in runs.items():
-        keys = [k for k in seeds[0] if k not in ("seed", "run_dir")]
+        keys = [k for k in seeds[0] if k not in _RUN_INFO]
         out[row] = {k: (float(np.mean([s[k] for s in seeds])), float(np.std([s[k] for s in seeds])),
                         len(seeds)) for k in keys}
     return out
@@ -100,7 +114,7 @@ def markdown(method: str, tier: str, tables: list[dict]) -> str:
             if paper.get("rows"):
                 cells.append(str(paper["rows"].get(row, "—")))
             lines.append("| " + " | ".join(cells) + " |")
-        lines += ["", "Claims (on means):", ""]
+        lines += ["", f"Compute: {wall_time(t['runs'])}.", "", "Claims (on means):", ""]
         for c in t["claims"]:
             lines.append(f"- {'PASS' if c['holds'] else 'FAIL'}: `{c['claim']}` ({c['values']})")
         for k in t["known_failures"]:

@@ -78,8 +78,12 @@ def _split(batch, parts: int):
 class Trainer:
     def __init__(self, model: torch.nn.Module, cfg_trainer, hw: Hardware, run_dir: str | Path,
                  logger: MetricLogger, batch_fn: Callable[[int], object],
-                 eval_fn: Callable[[torch.nn.Module, int], dict] | None = None):
+                 eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
+                 extra_state: dict[str, torch.nn.Module] | None = None):
+        """extra_state: modules outside the model whose state a resume needs (an SWA average
+        updated in eval_fn); saved in and restored from the same checkpoint."""
         self.cfg, self.hw, self.logger = cfg_trainer, hw, logger
+        self.extra_state = extra_state or {}
         self.run_dir = Path(run_dir)
         self.model = model.to(hw.device)
         self.batch_fn, self.eval_fn = batch_fn, eval_fn
@@ -108,6 +112,7 @@ class Trainer:
         return {"step": self.step, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "last_finite": self.last_finite,
+                "extra": {k: m.state_dict() for k, m in self.extra_state.items()},
                 "rng": {"torch": torch.get_rng_state(), "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
                         "numpy_pos": int(np.random.get_state()[2]), "python": list(random.getstate()[1]),
                         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}}
@@ -122,6 +127,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
+        for k, m in self.extra_state.items():
+            m.load_state_dict(state["extra"][k])
         self.step, self.last_finite = state["step"], state["last_finite"]
         rng = state["rng"]
         torch.set_rng_state(rng["torch"])

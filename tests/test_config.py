@@ -17,6 +17,8 @@ def test_every_experiment_composes(compose_cfg, name):
     for claim in list(cfg.claims) + [k.claim for k in cfg.known_failures]:  # name only rows the table runs
         rows = {n.value.id for n in ast.walk(ast.parse(claim, mode="eval")) if isinstance(n, ast.Attribute)}
         assert rows <= set(cfg.table.rows), (claim, rows)
+    for row, overrides in (cfg.table.rows.items() if cfg.table else []):  # every row's overrides compose
+        assert compose_cfg([f"experiment={name}", *overrides]).method.name == cfg.method.name, row
 
 
 @pytest.mark.parametrize("hardware", choices("hardware"))

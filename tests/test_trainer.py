@@ -42,6 +42,32 @@ def test_resume_after_sigterm_reproduces_uninterrupted_losses(tmp_path):
     assert len(losses(tmp_path / "full")) == cfg.max_steps
 
 
+def test_resume_restores_extra_state_such_as_an_swa_average(tmp_path):
+    """An average kept outside the model (updated in eval_fn) ends where the uninterrupted one does."""
+    cfg = trainer_cfg(eval_every=1)
+
+    def averaged_run(path, model, resume=False, seed=0):
+        torch.manual_seed(seed)
+        swa = torch.optim.swa_utils.AveragedModel(model)
+        x, y = data()
+        trainer = Trainer(model, cfg, HW, path, MetricLogger(path, JSONL, resume=resume), batch_fn(x, y, cfg),
+                          eval_fn=lambda m, step: swa.update_parameters(m) or {}, extra_state={"swa": swa})
+        return trainer, swa
+
+    torch.manual_seed(0)
+    full, full_swa = averaged_run(tmp_path / "full", TinyRegressor())
+    full.fit()
+    torch.manual_seed(0)
+    part, _ = averaged_run(tmp_path / "part", TinyRegressor(signal_at=6))
+    with pytest.raises(RunInterrupted):
+        part.fit()
+    resumed, resumed_swa = averaged_run(tmp_path / "part", TinyRegressor(), resume=True, seed=999)
+    resumed.fit(resume=True)
+    assert int(resumed_swa.n_averaged) == int(full_swa.n_averaged) == cfg.max_steps
+    for a, b in zip(resumed_swa.parameters(), full_swa.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_nan_guard_names_step_and_last_finite_metrics(tmp_path):
     trainer = make(tmp_path, TinyRegressor(nan_at=4), trainer_cfg())
     with pytest.raises(TrainingDiverged, match=r"at step 3; last finite metrics: \{'loss'"):

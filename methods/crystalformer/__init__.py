@@ -66,7 +66,8 @@ def run(cfg) -> dict[str, float]:
             swa.update_parameters(mod)
         return {"val_mae": mae(mod, val)}
 
-    trainer = Trainer(model, cfg.trainer, ctx.hw, ctx.run_dir, ctx.logger, batch_fn=batch, eval_fn=evaluate)
+    trainer = Trainer(model, cfg.trainer, ctx.hw, ctx.run_dir, ctx.logger, batch_fn=batch, eval_fn=evaluate,
+                      extra_state={"swa": swa})  # a resumed run keeps the average it had
     trainer.fit(resume=cfg.resume)
     # update_parameters also keeps the buffers (m, s of σ, the target scale) in sync with the model
     final = swa.module if m.swa_fraction and swa.n_averaged > 0 else model
