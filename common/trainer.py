@@ -128,6 +128,9 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         for k, m in self.extra_state.items():
+            if k not in state.get("extra", {}):
+                raise UserError(f"checkpoint {self.ckpt_path} holds no '{k}' state (written before it was "
+                                f"saved); run again without resume=true")
             m.load_state_dict(state["extra"][k])
         self.step, self.last_finite = state["step"], state["last_finite"]
         rng = state["rng"]

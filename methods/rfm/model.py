@@ -44,7 +44,7 @@ def ema(model: nn.Module, decay: float) -> AveragedModel:
     """Exponential moving average of a model's weights, decay 0.999 in the paper, warmed up as in
     the official code: the decay at update n is min(decay, (1 + n) / (10 + n)). Without the
     warm-up, 0.999 keeps 0.999^2000 = 13.5% of the random initial weights after 2000 steps, which
-    cost 0.7 nats of volcano test NLL at the mini tier (README, Deviations)."""
+    cost 0.7 nats of volcano test NLL at the mini tier (README, Results)."""
     def avg_fn(averaged: torch.Tensor, current: torch.Tensor, num_averaged) -> torch.Tensor:
         n = float(num_averaged)
         return averaged.lerp(current, 1.0 - min(decay, (1.0 + n) / (10.0 + n)))
