@@ -12,11 +12,11 @@ HW = Hardware(device=torch.device("cpu"))
 JSONL = OmegaConf.create({"kind": "jsonl"})
 
 
-def make(tmp_path, model, cfg, resume=False, seed=0):
+def make(tmp_path, model, cfg, resume=False, seed=0, **trainer_kw):
     torch.manual_seed(seed)
     x, y = data()
     logger = MetricLogger(tmp_path, JSONL, resume=resume)
-    return Trainer(model, cfg, HW, tmp_path, logger, batch_fn(x, y, cfg))
+    return Trainer(model, cfg, HW, tmp_path, logger, batch_fn(x, y, cfg), **trainer_kw)
 
 
 def losses(path):
@@ -46,15 +46,13 @@ def test_resume_restores_extra_state_such_as_an_swa_average(tmp_path):
     """An average kept outside the model (updated in eval_fn) ends where the uninterrupted one does."""
     cfg = trainer_cfg(eval_every=1)
 
-    def averaged_run(path, model, resume=False, seed=0):
-        torch.manual_seed(seed)
+    def averaged_run(path, model, **kw):
         swa = torch.optim.swa_utils.AveragedModel(model)
-        x, y = data()
-        trainer = Trainer(model, cfg, HW, path, MetricLogger(path, JSONL, resume=resume), batch_fn(x, y, cfg),
-                          eval_fn=lambda m, step: swa.update_parameters(m) or {}, extra_state={"swa": swa})
+        trainer = make(path, model, cfg, eval_fn=lambda m, step: swa.update_parameters(m) or {},
+                       extra_state={"swa": swa}, **kw)
         return trainer, swa
 
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the same initial weights for both runs
     full, full_swa = averaged_run(tmp_path / "full", TinyRegressor())
     full.fit()
     torch.manual_seed(0)
