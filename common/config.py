@@ -11,7 +11,7 @@ import operator
 from pathlib import Path
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-CHOICE_GROUPS = ("method", "dataset", "hardware", "logger", "experiment")
+CHOICE_GROUPS = ("method", "dataset", "trainer", "eval", "hardware", "logger", "experiment")
 
 
 class UserError(Exception):
@@ -37,11 +37,68 @@ def check_choices(overrides: list[str], config_dir: Path = CONFIG_DIR) -> None:
         if not sep or key not in CHOICE_GROUPS or value in ("null", ""):
             continue
         available = choices(key, config_dir)
-        if value not in available:
-            raise UserError(
-                f"unknown {key} '{value}'. Available {key} choices: {', '.join(available)}.",
-                exit_code=2,
-            )
+        for one in value.split(","):  # a -m sweep over choices
+            if one not in available:
+                raise UserError(
+                    f"unknown {key} '{one}'. Available {key} choices: {', '.join(available)}.",
+                    exit_code=2,
+                )
+
+
+def _first_of_sweeps(overrides: list[str]) -> list:
+    """Hydra's parsed overrides, a -m sweep (`seed=0,1`) reduced to its first value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as err:  # Hydra's grammar errors: a short message is enough
+        raise UserError(f"cannot parse the overrides {overrides}: {str(err).splitlines()[0]}", exit_code=2)
+    out = []
+    for o in parsed:
+        if o.is_sweep_override():
+            first = next(iter(o.sweep_string_iterator()))
+            out.append((o, f"{o.get_key_element()}={first}"))
+        else:
+            out.append((o, o.input_line))
+    return out
+
+
+def compose_checked(overrides: list[str], config_name: str = "train", config_dir: Path = CONFIG_DIR):
+    """The config `scripts/train.py` would see, or one `UserError` (exit 2) that names what is
+    wrong: an unknown choice, a key no config declares (with the nearest existing keys), or a
+    value of the wrong type or range (common.schema)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from common.schema import flat_keys, nearest, validate
+
+    check_choices(overrides, config_dir)
+    parsed = _first_of_sweeps(overrides)
+    groups = [line for o, line in parsed
+              if "/" in o.key_or_group or o.key_or_group in CHOICE_GROUPS or o.key_or_group.startswith("hydra")]
+    values = [(o, line) for o, line in parsed if line not in groups]
+    try:
+        with initialize_config_dir(str(config_dir), version_base="1.3"):
+            base = compose(config_name, overrides=groups)
+            keys = flat_keys(OmegaConf.to_container(base, resolve=False))
+            for o, line in values:
+                key = o.key_or_group
+                if o.is_add() or o.is_delete() or key.startswith("hydra"):
+                    continue
+                if key not in keys and not any(k.startswith(key + ".") for k in keys):
+                    near = nearest(key, keys)
+                    hint = f" Nearest existing keys: {', '.join(near)}." if near else ""
+                    raise UserError(f"unknown key '{key}' in the override '{line}'.{hint} Every key of "
+                                    f"this run: python scripts/train.py {' '.join(groups)} --cfg job", exit_code=2)
+            cfg = compose(config_name, overrides=[line for _, line in parsed])
+    except HydraException as err:
+        text = str(err).strip().splitlines()[0]
+        if "You must specify 'method'" in text:
+            text = f"no method chosen: add method=<name>. Available methods: {', '.join(choices('method'))}"
+        raise UserError(text, exit_code=2) from err
+    validate(cfg)
+    return cfg
 
 
 # --- claims --------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from common import checkpoint
+from common.callbacks import Callback
 from common.config import UserError
 from common.hardware import Hardware, all_reduce_mean
 from common.logging import MetricLogger
@@ -38,19 +39,32 @@ class RunInterrupted(UserError):
         super().__init__(message, exit_code=130)
 
 
+def _cosine(step: int, max_steps: int, warmup_steps: int, t0: float) -> float:
+    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _linear(step: int, max_steps: int, warmup_steps: int, t0: float) -> float:
+    return max(0.0, 1.0 - (step - warmup_steps) / max(1, max_steps - warmup_steps))
+
+
+# Multiplier of the base learning rate after the warm-up, by `trainer.schedule.name`.
+SCHEDULES: dict[str, Callable[[int, int, int, float], float]] = {
+    "cosine": _cosine,
+    "linear": _linear,
+    "constant": lambda step, max_steps, warmup_steps, t0: 1.0,
+    # sqrt(t0 / (t0 + t)): Crystalformer's schedule
+    "inverse_sqrt": lambda step, max_steps, warmup_steps, t0: math.sqrt(t0 / (t0 + step - warmup_steps)),
+}
+
+
 def lr_factor(step: int, max_steps: int, name: str, warmup_steps: int, t0: float = 4000.0) -> float:
-    """Multiplier of the base learning rate: linear warm-up, then cosine to 0, constant, or
-    inverse square root sqrt(t0 / (t0 + t)) (Crystalformer's schedule)."""
+    """Multiplier of the base learning rate: linear warm-up, then the named schedule."""
+    if name not in SCHEDULES:
+        raise UserError(f"trainer.schedule.name must be one of {sorted(SCHEDULES)}, got '{name}'", exit_code=2)
     if warmup_steps and step < warmup_steps:
         return (step + 1) / warmup_steps
-    if name == "constant":
-        return 1.0
-    if name == "inverse_sqrt":
-        return math.sqrt(t0 / (t0 + step - warmup_steps))
-    if name == "cosine":
-        progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-    raise UserError(f"trainer.schedule.name must be 'cosine', 'constant' or 'inverse_sqrt', got '{name}'")
+    return SCHEDULES[name](step, max_steps, warmup_steps, t0)
 
 
 class _Step(torch.nn.Module):
@@ -79,11 +93,12 @@ class Trainer:
     def __init__(self, model: torch.nn.Module, cfg_trainer, hw: Hardware, run_dir: str | Path,
                  logger: MetricLogger, batch_fn: Callable[[int], object],
                  eval_fn: Callable[[torch.nn.Module, int], dict] | None = None,
-                 extra_state: dict[str, torch.nn.Module] | None = None):
-        """extra_state: modules outside the model whose state a resume needs (an SWA average
-        updated in eval_fn); saved in and restored from the same checkpoint."""
+                 callbacks: list[Callback] | tuple = ()):
+        """callbacks: EMA/SWA averages, best-on-validation, pruning masks (common.callbacks);
+        their state is saved in and restored from the same checkpoint."""
         self.cfg, self.hw, self.logger = cfg_trainer, hw, logger
-        self.extra_state = extra_state or {}
+        self.callbacks = list(callbacks)
+        self.should_stop = False
         self.run_dir = Path(run_dir)
         self.model = model.to(hw.device)
         self.batch_fn, self.eval_fn = batch_fn, eval_fn
@@ -112,7 +127,7 @@ class Trainer:
         return {"step": self.step, "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(), "last_finite": self.last_finite,
-                "extra": {k: m.state_dict() for k, m in self.extra_state.items()},
+                "callbacks": [cb.state_dict() for cb in self.callbacks],
                 "rng": {"torch": torch.get_rng_state(), "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
                         "numpy_pos": int(np.random.get_state()[2]), "python": list(random.getstate()[1]),
                         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}}
@@ -127,11 +142,13 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
-        for k, m in self.extra_state.items():
-            if k not in state.get("extra", {}):
-                raise UserError(f"checkpoint {self.ckpt_path} holds no '{k}' state (written before it was "
-                                f"saved); run again without resume=true")
-            m.load_state_dict(state["extra"][k])
+        saved = state.get("callbacks", [])
+        if len(saved) != len(self.callbacks):
+            raise UserError(f"checkpoint {self.ckpt_path} holds the state of {len(saved)} callbacks, this run "
+                            f"has {len(self.callbacks)} (written by another configuration); run again "
+                            f"without resume=true")
+        for cb, cb_state in zip(self.callbacks, saved):
+            cb.load_state_dict(cb_state)
         self.step, self.last_finite = state["step"], state["last_finite"]
         rng = state["rng"]
         torch.set_rng_state(rng["torch"])
@@ -161,9 +178,12 @@ class Trainer:
             loss_sum += loss.detach().float()
             for k, v in logs.items():
                 logs_sum[k] = logs_sum.get(k, 0.0) + (v.detach().float() if torch.is_tensor(v) else v)
+        if cfg.clip_grad or self.callbacks:
+            self.scaler.unscale_(self.optimizer)   # callbacks and clipping see true gradients
         if cfg.clip_grad:
-            self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip_grad)
+        for cb in self.callbacks:
+            cb.before_optimizer_step(self)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
@@ -187,6 +207,8 @@ class Trainer:
                         f"{self.last_finite}. Lower the learning rate, enable trainer.clip_grad, "
                         f"or use precision fp32.")
                 self.step += 1
+                for cb in self.callbacks:
+                    cb.after_step(self)
                 if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                     metrics = {k: float(all_reduce_mean(torch.as_tensor(v))) for k, v in logs.items()}
                     metrics["lr"] = self.scheduler.get_last_lr()[0]
@@ -198,6 +220,8 @@ class Trainer:
                 if cfg.ckpt_every and self.step % cfg.ckpt_every == 0:
                     self.save()
                 bar.update(1)
+                if self.should_stop:
+                    break
                 if self._stop_signal is not None:
                     self.save()
                     raise RunInterrupted(
@@ -210,6 +234,8 @@ class Trainer:
                 signal.signal(s, h)
         if cfg.ckpt_every:
             self.save()
+        for cb in self.callbacks:
+            cb.on_fit_end(self)
         return self.last_finite
 
     @torch.no_grad()
@@ -217,5 +243,7 @@ class Trainer:
         self.model.eval()
         metrics = self.eval_fn(self.model, self.step)
         self.logger.log({f"eval/{k}": v for k, v in metrics.items()}, self.step)
+        for cb in self.callbacks:
+            cb.on_eval(self, metrics)
         return metrics
 

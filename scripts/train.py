@@ -2,6 +2,8 @@
 
 Prints the final metrics as one JSON line on stdout and writes metrics.json, config.yaml and
 results.json (with provenance) into the run dir (runs/<run_name>/seed<seed> by default).
+Bad input (an unknown choice or key, a value of the wrong type or range) is one paragraph on
+stderr and exit 2, before anything is built.
 """
 import json
 import sys
@@ -12,20 +14,44 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a pl
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from common.config import CONFIG_DIR, UserError, check_choices  # noqa: E402
-from common.runner import guarded, run_method  # noqa: E402
+from common.config import CONFIG_DIR, UserError, compose_checked  # noqa: E402  (light: no torch)
+
+# Hydra's own flags (with the ones that take a value): not overrides, left to Hydra
+_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}
+_INSPECT = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"}
+
+
+def overrides_of(argv: list[str]) -> list[str] | None:
+    """The key=value overrides of a command line; None when Hydra is asked to print, not run."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in _INSPECT:
+            return None
+        if arg.startswith("-"):
+            skip = arg in _FLAGS_WITH_VALUE
+            continue
+        out.append(arg)
+    return out
 
 
 @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="train")
 def main(cfg: DictConfig) -> None:
+    from common.runner import guarded, run_method  # torch is imported only once the config is good
+
     metrics = guarded(lambda: run_method(cfg), bool(cfg.debug))
     print(json.dumps(metrics))
 
 
 if __name__ == "__main__":
-    try:
-        check_choices(sys.argv[1:])
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)
+    overrides = overrides_of(sys.argv[1:])
+    if overrides is not None:
+        try:
+            compose_checked(overrides)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(err.exit_code)
     main()

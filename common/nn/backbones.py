@@ -5,6 +5,7 @@ import timm
 from torch import nn
 
 from common.config import UserError
+from common.nn.vit import build_vit
 
 
 class SmallCNN(nn.Sequential):
@@ -28,21 +29,30 @@ def cifar_resnet(name: str, in_chans: int) -> nn.Module:
     return model
 
 
-def build_backbone(cfg, in_chans: int, img_size: int) -> tuple[nn.Module, int]:
-    """Return (module mapping images (N, C, H, W) -> (N, D), D) for `cfg.name`."""
-    name = cfg.name
+_OPTIONS = {"small_cnn": {"width"}, "resnet18_cifar": set(), "resnet50_cifar": set(),
+            "vit_tiny": {"width", "patch_size", "depth", "heads"}, "flatten": set()}
+
+
+def build_backbone(name: str, in_chans: int, img_size: int, **options) -> tuple[nn.Module, int]:
+    """Return (module mapping images (N, C, H, W) -> (N, D), D). Options by backbone:
+    small_cnn: width; vit_tiny: width, patch_size, depth, heads; others none. An option the
+    backbone does not read is an error (a config key must never be a silent no-op)."""
+    options = {k: v for k, v in options.items() if v is not None}  # null = not set (a row's reset)
+    if name not in _OPTIONS:
+        raise UserError(f"unknown backbone '{name}'; choose one of {', '.join(_OPTIONS)}", exit_code=2)
+    unread = sorted(set(options) - _OPTIONS[name])
+    if unread:
+        raise UserError(f"backbone '{name}' does not read {unread}; its options are "
+                        f"{sorted(_OPTIONS[name]) or 'none'}", exit_code=2)
     if name == "small_cnn":
-        model = SmallCNN(in_chans, cfg.width)
+        model = SmallCNN(in_chans, **options)
     elif name in ("resnet18_cifar", "resnet50_cifar"):
         model = cifar_resnet(name.removesuffix("_cifar"), in_chans)
     elif name == "vit_tiny":
-        model = timm.models.vision_transformer.VisionTransformer(
-            img_size=img_size, patch_size=cfg.patch_size, in_chans=in_chans, num_classes=0,
-            embed_dim=cfg.width, depth=cfg.depth, num_heads=cfg.heads, mlp_ratio=4.0)
-    elif name == "flatten":  # raw pixels: the reference row of the SSL tables
+        o = {"width": 192, "patch_size": 4, "depth": 12, "heads": 3, **options}
+        model = build_vit(img_size, o["patch_size"], in_chans, 0, o["width"], o["depth"], o["heads"], pool="token")
+        model.num_features = o["width"]
+    else:  # raw pixels: the reference row of the SSL tables
         model = nn.Flatten()
         model.num_features = in_chans * img_size * img_size
-    else:
-        raise UserError(f"unknown backbone '{name}'; choose small_cnn, resnet18_cifar, "
-                        f"resnet50_cifar, vit_tiny or flatten", exit_code=2)
     return model, model.num_features

@@ -15,6 +15,24 @@ import torch
 import torch.nn.functional as F
 
 
+@dataclass(frozen=True)
+class Augment:
+    """The ranges augmentations are drawn from (SimCLR's defaults, Chen et al. 2020 App. A;
+    no colour drop or blur: the CPU tiers use grey images)."""
+    min_scale: float = 0.08    # random-resized crop keeps [min_scale, 1] of the area
+    flip_prob: float = 0.5     # horizontal flip
+    jitter_prob: float = 0.8   # brightness/contrast jitter applied with this probability ...
+    brightness: float = 0.4    # ... factor uniform in [1 - b, 1 + b]
+    contrast: float = 0.4
+
+    def __post_init__(self):
+        for name in ("min_scale", "flip_prob", "jitter_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"Augment.{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.min_scale <= 0 or self.brightness < 0 or self.contrast < 0:
+            raise ValueError(f"Augment needs min_scale > 0 and brightness, contrast >= 0, got {self}")
+
+
 @dataclass
 class AugParams:
     """One augmentation per sample; every field has shape (N,)."""
@@ -47,8 +65,8 @@ class AugParams:
         return AugParams(**{f.name: getattr(self, f.name).repeat_interleave(n) for f in fields(self)})
 
 
-def sample_params(n: int, cfg, device="cpu", generator: torch.Generator | None = None) -> AugParams:
-    """Draw n parameter sets from the ranges in `cfg` (a `method.augment` config)."""
+def sample_params(n: int, cfg: Augment, device="cpu", generator: torch.Generator | None = None) -> AugParams:
+    """Draw n parameter sets from the ranges of an `Augment`."""
     def uniform(lo, hi):
         return lo + (hi - lo) * torch.rand(n, device=device, generator=generator)
 
@@ -82,13 +100,8 @@ def apply(images: torch.Tensor, p: AugParams) -> torch.Tensor:
     return out.clamp(0.0, 1.0)
 
 
-def two_views(images: torch.Tensor, cfg) -> tuple[torch.Tensor, torch.Tensor]:
+def two_views(images: torch.Tensor, cfg: Augment) -> tuple[torch.Tensor, torch.Tensor]:
     """The SimCLR pair: two independent augmentations of every image."""
     n = images.shape[0]
     return (apply(images, sample_params(n, cfg, images.device)),
             apply(images, sample_params(n, cfg, images.device)))
-
-
-def to_float(images: torch.Tensor) -> torch.Tensor:
-    """uint8 (N, C, H, W) -> float in [0, 1]."""
-    return images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()

@@ -1,13 +1,18 @@
 """SimCLR, the contrastive baseline that CARE and NCL build on. See README.md."""
 from __future__ import annotations
 
-from common.ssl import run_contrastive
+from hydra.utils import instantiate
+
+from common import data, tasks
 from methods.simclr.model import SimCLR
 
 
-def run(cfg) -> dict[str, float]:
+def run(cfg, ctx) -> dict[str, float]:
     """Pre-train on the train split, then linear-probe and kNN accuracy of frozen features."""
-    return run_contrastive(cfg, SimCLR)
+    splits = data.image_splits(cfg.dataset)
+    encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
+    model = instantiate(cfg.method.model, encoder=encoder, feat_dim=feat_dim)
+    return tasks.contrastive(ctx, model, splits, cfg.eval)
 
 
 __all__ = ["SimCLR", "run"]
