@@ -47,9 +47,10 @@ def _frozen_average(model: nn.Module, avg_fn=None) -> AveragedModel:
 
 
 class EMA(Callback):
-    """Exponential moving average of the weights after every optimiser step. With `warmup`
-    the decay at update n is min(decay, (1 + n) / (10 + n)), as in the official RFM and timm
-    code: a plain 0.999 keeps 0.999^2000 = 13.5% of the random initial weights after 2000 steps."""
+    """Exponential moving average of the weights after every optimiser step: the first update
+    copies the weights, update n >= 1 mixes with decay min(decay, (1 + n) / (10 + n)) when
+    `warmup` (the official RFM code's warm-up; a plain 0.999 keeps 0.999^2000 = 13.5% of the
+    starting weights after 2000 steps)."""
 
     def __init__(self, model: nn.Module, decay: float = 0.999, warmup: bool = True):
         if not 0.0 <= decay <= 1.0:

@@ -1,11 +1,15 @@
 """Re-check a method's headline table:
 
-    python scripts/reproduce.py <method> --tier {smoke,mini,paper} [--check] [--fresh] [override ...]
+    python scripts/reproduce.py <method> --tier {smoke,mini,paper} [--check] [--fresh] [--seeds 100,101,102] [override ...]
+    python scripts/reproduce.py --ci-plan [--budget-min 35]      what CI would re-run, and its minutes
+    python scripts/reproduce.py --ci [--budget-min 35]           run that plan (CI), exit 1 on a failed claim
+    python scripts/reproduce.py <method> --tier paper --dry-run  build every paper-tier model on the meta device
 
-Runs every row x seed of configs/experiment/<method>_<tier>*.yaml, writes
-results/<method>_<tier>.{md,json} (+ a PNG of learning curves) and prints the table.
-With --check it exits 1 when a claim fails. Runs whose resolved config is unchanged are
-reused from runs/ (pass --fresh to rerun them).
+Runs every row x seed of configs/experiment/<method>_<tier>*.yaml, judges each claim paired over
+seeds (PASS / WITHIN NOISE / FAIL), writes results/<method>_<tier>.{md,json} (+ learning curves)
+and prints the table; with --seeds, the held-out re-run is written beside it as
+results/<method>_<tier>_heldout.*. With --check it exits 1 when a claim does not PASS. Runs whose
+resolved config is unchanged are reused from runs/ (pass --fresh to rerun them).
 """
 import argparse
 import sys
@@ -14,29 +18,62 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common.config import UserError, check_choices  # noqa: E402
-from common.reproduce import reproduce  # noqa: E402
-from common.runner import guarded  # noqa: E402
+
+
+def seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers, got '{text}'")
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"--seeds needs integers >= 0, got '{text}'")
+    return seeds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("method")
+    parser.add_argument("method", nargs="?")
     parser.add_argument("--tier", choices=["smoke", "mini", "paper"], default="mini")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a claim fails")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a claim does not PASS")
     parser.add_argument("--fresh", action="store_true", help="rerun even when a matching run exists")
     parser.add_argument("--headline", action="store_true",
                         help="only <method>_<tier>.yaml, print and check, write nothing (CI)")
+    parser.add_argument("--seeds", type=seed_list, help="held-out seeds, e.g. 100,101,102")
+    parser.add_argument("--ci-plan", action="store_true", help="print what CI would re-run")
+    parser.add_argument("--ci", action="store_true", help="run the CI plan; exit 1 when a claim fails")
+    parser.add_argument("--budget-min", type=float, default=35.0, help="CI's minutes for tables")
+    parser.add_argument("--dry-run", action="store_true", help="paper tier: build each model on the meta device")
+    parser.add_argument("--gpu-smoke", type=int, metavar="STEPS", help="paper tier: STEPS steps of each config on CUDA")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hardware=cuda")
     args = parser.parse_args()
+    if not (args.method or args.ci_plan or args.ci):
+        parser.error("name a method, or pass --ci-plan / --ci")
     try:
-        check_choices(args.overrides + [f"method={args.method}"])
+        check_choices(args.overrides + ([f"method={args.method}"] if args.method else []))
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
-    sys.exit(guarded(lambda: reproduce(args.method, args.tier, args.check, args.overrides, args.fresh,
-                                       args.headline),
-                     args.debug))
+
+    from common.runner import guarded
+
+    def job():
+        if args.ci_plan or args.ci:
+            from common.reproduce.ci import describe, plan, run_plan
+
+            entries = plan(args.budget_min)
+            print(describe(entries, args.budget_min))
+            return run_plan(entries) if args.ci else 0
+        if args.dry_run or args.gpu_smoke:
+            from common.reproduce.paper import dry_run, gpu_smoke
+
+            return dry_run(args.method, args.overrides) if args.dry_run else \
+                gpu_smoke(args.method, args.gpu_smoke, args.overrides)
+        from common.reproduce import reproduce
+
+        return reproduce(args.method, args.tier, args.check, args.overrides, args.fresh, args.headline, args.seeds)
+
+    sys.exit(guarded(job, args.debug))
 
 
 if __name__ == "__main__":

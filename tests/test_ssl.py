@@ -3,12 +3,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
-
-from common.ssl import apply, info_nce, knn_accuracy, sample_params
 from common.data import StepSampler
+from common.ssl import Augment, apply, info_nce, sample_params
 
-AUG = OmegaConf.create(dict(min_scale=0.3, flip_prob=0.5, jitter_prob=0.8, brightness=0.4, contrast=0.4))
+AUG = Augment(min_scale=0.3, flip_prob=0.5, jitter_prob=0.8, brightness=0.4, contrast=0.4)
 
 
 def slow_nt_xent(z1, z2, t):
@@ -60,11 +58,11 @@ def test_params_differ_per_sample_and_repeat_in_chunks():
     assert len(q) == 256 and torch.equal(q.scale[:4], p.scale[0].repeat(4))
 
 
-def test_knn_accuracy_perfect_on_separated_clusters():
-    centers = torch.eye(4)
-    y = torch.arange(4).repeat(25)
-    x = centers[y] + 0.01 * torch.randn(100, 4)
-    assert knn_accuracy(x, y, x, y, k=5) == 100.0
+def test_augment_refuses_bad_ranges():
+    with pytest.raises(ValueError, match="flip_prob"):
+        Augment(flip_prob=1.5)
+    with pytest.raises(ValueError, match="min_scale"):
+        Augment(min_scale=0.0)
 
 
 def test_step_sampler_is_a_pure_function_and_shards_the_global_batch():

@@ -2,6 +2,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from common.callbacks import SWA
 from common.config import UserError
 from common.hardware import Hardware
 from common.logging import MetricLogger, read_jsonl
@@ -42,15 +43,13 @@ def test_resume_after_sigterm_reproduces_uninterrupted_losses(tmp_path):
     assert len(losses(tmp_path / "full")) == cfg.max_steps
 
 
-def test_resume_restores_extra_state_such_as_an_swa_average(tmp_path):
-    """An average kept outside the model (updated in eval_fn) ends where the uninterrupted one does."""
-    cfg = trainer_cfg(eval_every=1)
+def test_resume_restores_callback_state_such_as_an_swa_average(tmp_path):
+    """An average kept by a callback ends where the uninterrupted one does after a resume."""
+    cfg = trainer_cfg()
 
     def averaged_run(path, model, **kw):
-        swa = torch.optim.swa_utils.AveragedModel(model)
-        trainer = make(path, model, cfg, eval_fn=lambda m, step: swa.update_parameters(m) or {},
-                       extra_state={"swa": swa}, **kw)
-        return trainer, swa
+        swa = SWA(model, start_step=0)
+        return make(path, model, cfg, callbacks=[swa], **kw), swa
 
     torch.manual_seed(0)  # the same initial weights for both runs
     full, full_swa = averaged_run(tmp_path / "full", TinyRegressor())
@@ -61,8 +60,8 @@ def test_resume_restores_extra_state_such_as_an_swa_average(tmp_path):
         part.fit()
     resumed, resumed_swa = averaged_run(tmp_path / "part", TinyRegressor(), resume=True, seed=999)
     resumed.fit(resume=True)
-    assert int(resumed_swa.n_averaged) == int(full_swa.n_averaged) == cfg.max_steps
-    for a, b in zip(resumed_swa.parameters(), full_swa.parameters()):
+    assert int(resumed_swa.averaged.n_averaged) == int(full_swa.averaged.n_averaged) == cfg.max_steps
+    for a, b in zip(resumed_swa.module.parameters(), full_swa.module.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
@@ -100,3 +99,6 @@ def test_lr_schedule_warmup_then_cosine_to_zero():
     assert lr_factor(7, 10, "constant", 0) == 1.0
     assert lr_factor(0, 10, "inverse_sqrt", 0) == 1.0
     assert lr_factor(12000, 10, "inverse_sqrt", 0, t0=4000) == pytest.approx(0.5)
+    assert lr_factor(6, 10, "linear", 2) == pytest.approx(0.5)
+    with pytest.raises(UserError, match="cosine"):
+        lr_factor(3, 10, "cosin", 0)

@@ -1,0 +1,150 @@
+"""Claims judged beyond seed noise (DESIGN.md section 4).
+
+A claim is a comparison of row metrics, e.g. "care.wahba_error < simclr.wahba_error" or
+"vol.importance_corr > 0.95", evaluated with a whitelist (never eval()). Rows of a table share
+seeds, so each claim's margin is computed per seed (paired) and summarised by its mean and a
+paired t-interval at 95%:
+
+    margin_s = lhs_s - rhs_s  for > and >=,   rhs_s - lhs_s  for < and <=
+    PASS          the interval lies above 0 (for >= / <=: the margin is never below 0 and its
+                  interval does not reach below 0)
+    WITHIN NOISE  the mean margin holds, its interval does not clear 0
+    FAIL          the mean margin does not hold
+A chained comparison (a < b < c) gets the worst status of its links.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from common.config import UserError
+
+PASS, NOISE, FAIL = "PASS", "WITHIN NOISE", "FAIL"
+_ORDER = {PASS: 0, NOISE: 1, FAIL: 2}
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+MIN_SEEDS = 3
+
+
+@dataclass
+class ClaimResult:
+    claim: str
+    status: str                 # PASS | WITHIN NOISE | FAIL
+    margin: float               # mean paired margin (> 0: the claim holds on the mean)
+    low: float                  # 95% paired t-interval of the margin
+    high: float
+    values: str                 # the claim with the means filled in
+    per_seed: list[float]       # margins per seed, in the table's seed order
+    seeds_needed: int | None    # seeds for PASS if the margin and spread stay as measured
+    why: str | None = None      # known failures: the reason
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _parse(claim: str) -> ast.Compare:
+    try:
+        tree = ast.parse(claim, mode="eval").body
+    except SyntaxError as err:
+        raise UserError(f"claim '{claim}' is not an expression: {err.msg}", exit_code=2) from err
+    if not isinstance(tree, ast.Compare):
+        raise UserError(f"claim '{claim}' is not a comparison", exit_code=2)
+    return tree
+
+
+def _value(node, claim: str, table: dict[str, dict[str, np.ndarray]]) -> np.ndarray:
+    """Per-seed values of an expression node (a constant broadcasts)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return np.asarray(float(node.value))
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        row, metric = node.value.id, node.attr
+        if row not in table or metric not in table[row]:
+            raise UserError(f"claim '{claim}' names {row}.{metric}, which no run reported; rows: "
+                            f"{sorted(table)}", exit_code=2)
+        return table[row][metric]
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](_value(node.left, claim, table), _value(node.right, claim, table))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_value(node.operand, claim, table)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "abs"
+            and len(node.args) == 1 and not node.keywords):
+        return np.abs(_value(node.args[0], claim, table))
+    raise UserError(f"claim '{claim}': only row.metric names, numbers, + - * /, abs() and comparisons "
+                    f"are allowed", exit_code=2)
+
+
+def rows_of(claim: str) -> set[str]:
+    """The table rows a claim names."""
+    return {n.value.id for n in ast.walk(_parse(claim))
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+
+
+def t_interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student t-interval of the mean; degenerate when the spread is 0."""
+    from scipy import stats
+
+    n, mean = len(samples), float(np.mean(samples))
+    if n < 2:
+        return mean, -math.inf, math.inf
+    sd = float(np.std(samples, ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def seeds_needed(samples: np.ndarray, level: float = 0.95, most: int = 50) -> int | None:
+    """The smallest n whose t-interval half-width t_{n-1} sd / sqrt(n) is below the mean margin,
+    at the measured mean and spread; None when the mean margin is not positive."""
+    from scipy import stats
+
+    mean = float(np.mean(samples))
+    sd = float(np.std(samples, ddof=1)) if len(samples) > 1 else 0.0
+    if mean <= 0:
+        return None
+    if sd == 0:
+        return MIN_SEEDS
+    for n in range(MIN_SEEDS, most + 1):
+        if float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n) < mean:
+            return n
+    return most + 1
+
+
+def _link_status(margins: np.ndarray, strict: bool) -> tuple[str, float, float, float]:
+    mean, low, high = t_interval(margins)
+    holds = mean > 0 if strict else mean >= 0
+    if not holds:
+        return FAIL, mean, low, high
+    clears = low > 0 if strict else (low >= 0 and float(np.min(margins)) >= 0)
+    if len(margins) < MIN_SEEDS:
+        clears = False  # an interval from fewer than 3 seeds is not evidence
+    return (PASS if clears else NOISE), mean, low, high
+
+
+def judge(claim: str, table: dict[str, dict[str, list[float]]], why: str | None = None) -> ClaimResult:
+    """Evaluate `claim` on `table[row][metric]` = per-seed values (rows share the seed order)."""
+    tree = _parse(claim)
+    arrays = {r: {m: np.asarray(v, dtype=float) for m, v in metrics.items()} for r, metrics in table.items()}
+    lengths = {len(v) for r in rows_of(claim) if r in arrays for v in arrays[r].values()}
+    if len(lengths) > 1:
+        raise UserError(f"claim '{claim}' compares rows with different numbers of seeds {sorted(lengths)}; "
+                        f"rows of one table must share seeds", exit_code=2)
+    left = _value(tree.left, claim, arrays)
+    worst, filled = None, [f"{float(np.mean(left)):.4g}"]
+    for op, node in zip(tree.ops, tree.comparators):
+        if type(op) not in _CMP:
+            raise UserError(f"claim '{claim}': comparison {type(op).__name__} not allowed", exit_code=2)
+        right = _value(node, claim, arrays)
+        sign = 1.0 if isinstance(op, (ast.Gt, ast.GtE)) else -1.0
+        margins = np.atleast_1d(sign * (left - right))
+        status, mean, low, high = _link_status(margins, isinstance(op, (ast.Lt, ast.Gt)))
+        link = (status, mean, low, high, margins)
+        if worst is None or _ORDER[status] > _ORDER[worst[0]] or (status == worst[0] and mean < worst[1]):
+            worst = link
+        filled += [_CMP[type(op)], f"{float(np.mean(right)):.4g}"]
+        left = right
+    status, mean, low, high, margins = worst
+    return ClaimResult(claim, status, mean, low, high, " ".join(filled), [float(m) for m in margins],
+                       seeds_needed(margins), why)

@@ -1,0 +1,106 @@
+"""What produced a table: a hash of the method's code (its package and every `common/` module it
+imports, transitively), of the resolved settings of every row, and the package versions. A table
+whose code or settings hash no longer matches its record is stale and CI re-runs it."""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+
+from common.results import ROOT
+
+PACKAGES = ("torch", "numpy", "scipy", "scikit-learn", "timm", "transformers", "pymatgen", "pyod", "pot",
+            "torch-pruning", "networkx")
+
+
+def _module_file(name: str) -> Path | None:
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{a.name}" for a in node.names}  # `from common import data`
+    return {n for n in names if n.split(".")[0] in ("common", "methods")}
+
+
+def code_files(method: str) -> list[Path]:
+    """The method's package and the repository modules it imports, transitively (package
+    __init__ files included: importing common.data.x runs common/data/__init__.py)."""
+    todo = sorted((ROOT / "methods" / method).rglob("*.py"))
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for name in _imports(path):
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                found = _module_file(".".join(parts[:i]))
+                if found is not None and found not in seen:
+                    todo.append(found)
+    return sorted(seen)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def code_hash(method: str) -> tuple[str, dict[str, str]]:
+    files = {str(p.relative_to(ROOT)): _sha(p.read_bytes())[:16] for p in code_files(method)}
+    return _sha(json.dumps(files, sort_keys=True).encode()), files
+
+
+def settings_hash(row_settings: dict[str, dict]) -> str:
+    """Hash of every row's resolved run settings (seed, run dir and name left out)."""
+    clean = {row: {k: v for k, v in s.items() if k not in ("seed", "run_dir", "run_name")}
+             for row, s in row_settings.items()}
+    return _sha(json.dumps(clean, sort_keys=True, default=str).encode())
+
+
+def env_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def table_fingerprint(method: str, experiment: str, extra: list[str] = ()) -> dict:
+    """{code, settings, env, files} of one experiment table as the configs stand now."""
+    from hydra import compose
+
+    from common.reproduce.tables import run_settings
+
+    base = compose("train", overrides=[f"experiment={experiment}", *extra])
+    rows = {row: run_settings(compose("train", overrides=[f"experiment={experiment}", *ov, *extra]))
+            for row, ov in base.table.rows.items()}
+    code, files = code_hash(method)
+    return {"code": code, "settings": settings_hash(rows), "env": env_versions(), "files": files}
+
+
+def staleness(recorded: dict | None, current: dict) -> str | None:
+    """Why a recorded table no longer matches: 'no record', 'code changed', 'settings changed',
+    'packages changed', or None when it is current."""
+    if not recorded:
+        return "no record"
+    if recorded.get("code") != current["code"]:
+        return "code changed"
+    if recorded.get("settings") != current["settings"]:
+        return "settings changed"
+    if recorded.get("env") != current["env"]:
+        return "packages changed"
+    return None

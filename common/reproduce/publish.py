@@ -1,0 +1,114 @@
+"""Publishing reproduced tables: results/<method>_<tier>[_heldout].{md,json} with provenance and
+fingerprints, the tables inside the method README, and the generated status pages (the matrix
+at the top of docs/reproductions.md and the methods table of README.md)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from common import results
+from common.reproduce.claims import PASS
+from common.reproduce.record import TableResult
+from common.reproduce.render import copy_figures, markdown, plot_curves
+
+RESULTS_DIR = results.ROOT / "results"
+
+
+def stem(method: str, tier: str, held_out: bool) -> str:
+    return f"{method}_{tier}" + ("_heldout" if held_out else "")
+
+
+def publish(method: str, tier: str, tables: list[TableResult], command: str, fingerprints: dict) -> str:
+    """Write results/, update the README regions and the status pages; return the Markdown."""
+    held_out = any(t.held_out for t in tables)
+    RESULTS_DIR.mkdir(exist_ok=True)
+    for t in tables:
+        name = t.experiment + ("_heldout" if held_out else "")
+        plot = plot_curves(t.runs, RESULTS_DIR / f"{name}.png", name)
+        t.plot = str(plot) if plot else None
+        t.figures = [] if held_out else copy_figures(t.runs, t.experiment, RESULTS_DIR)
+        t.fingerprint = fingerprints.get(t.experiment)
+    text = markdown(method, tier, tables, command)
+    key = stem(method, tier, held_out)
+    (RESULTS_DIR / f"{key}.md").write_text(text)
+    body = ("\n" + text.split("\n", 4)[-1]).replace("](", "](../../results/").replace("\n## ", "\n### ")
+    results.update_readmes(key, body)
+    results.write(RESULTS_DIR / f"{key}.json",
+                  {"method": method, "tier": tier, "held_out": held_out, "command": command,
+                   "tables": [t.to_dict() for t in tables]})
+    write_status_pages()
+    return text
+
+
+def load_records(tier: str = "mini") -> dict[str, dict]:
+    """stem -> the JSON record of every published table file of a tier."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(RESULTS_DIR.glob(f"*_{tier}*.json"))}
+
+
+def _claims(record: dict | None) -> dict[str, dict]:
+    out = {}
+    for t in (record or {}).get("tables", []):
+        for c in t.get("claims", []):
+            out[(t["experiment"], c["claim"])] = {**c, "known": False}
+        for c in t.get("known_failures", []):
+            out[(t["experiment"], c["claim"])] = {**c, "known": True}
+    return out
+
+
+def _status(c: dict | None) -> str:
+    if c is None:
+        return "not run"
+    return f"known failure ({c['status']})" if c["known"] else c["status"]
+
+
+def status_matrix(tier: str = "mini") -> list[str]:
+    """method x claim -> status on the report seeds and on held-out seeds, with the commit."""
+    records = load_records(tier)
+    lines = ["| method | table | claim | status | margin [95% CI] | held-out seeds | verified |",
+             "|---|---|---|---|---|---|---|"]
+    for key, record in records.items():
+        if record.get("held_out") or not key.startswith(f"{record['method']}_{tier}"):
+            continue
+        held = _claims(records.get(f"{key}_heldout") or records.get(f"{record['method']}_{tier}_heldout"))
+        prov = record.get("provenance", {})
+        verified = f"{prov.get('time', '?')[:10]} `{prov.get('git_sha', '?')[:8]}`"
+        for (experiment, claim), c in _claims(record).items():
+            margin = f"{c['margin']:.3g} [{c['low']:.3g}, {c['high']:.3g}]"
+            lines.append(f"| {record['method']} | {experiment} | `{claim}` | {_status(c)} | {margin} | "
+                         f"{_status(held.get((experiment, claim)))} | {verified} |")
+    return lines
+
+
+def methods_table(tier: str = "mini") -> list[str]:
+    """The README's methods table: per method, how its headline claims fare."""
+    records = load_records(tier)
+    lines = ["| method | paper | headline claims (mini tier) | on held-out seeds | known failures |",
+             "|---|---|---|---|---|"]
+    for readme in sorted((results.ROOT / "methods").glob("*/README.md")):
+        method = readme.parent.name
+        title = readme.read_text().splitlines()[0].lstrip("# ").strip()
+        main, held = records.get(f"{method}_{tier}"), records.get(f"{method}_{tier}_heldout")
+        claims = [c for c in _claims(main).values() if not c["known"]]
+        known = [c for c in _claims(main).values() if c["known"]]
+
+        def count(cs):
+            return f"{sum(c['status'] == PASS for c in cs)}/{len(cs)} PASS" if cs else "—"
+
+        held_claims = [c for c in _claims(held).values() if not c["known"]]
+        lines.append(f"| [{method}](methods/{method}) | {title} | {count(claims) if main else 'no table yet'} | "
+                     f"{count(held_claims) if held else 'not run'} | {len(known)} |")
+    return lines
+
+
+def write_status_pages(tier: str = "mini") -> None:
+    parts = ["# Reproductions", "",
+             "Generated by `scripts/reproduce.py` from `results/*.json`. A claim is judged per seed "
+             "(rows share seeds) and on its mean with a paired 95% t-interval: PASS when the interval "
+             "clears the boundary, WITHIN NOISE when only the mean does, FAIL otherwise. Known failures "
+             "are the paper's claims that do not reproduce at this tier, with the reason in the table.",
+             "", "## Status", "", *status_matrix(tier), ""]
+    for md in sorted(RESULTS_DIR.glob("*.md")):
+        parts += [re.sub(r"^(#+) ", r"#\1 ", md.read_text().replace("](", "](../results/"), flags=re.M), ""]
+    (results.ROOT / "docs" / "reproductions.md").write_text("\n".join(parts))
+    results.update_marked_region(results.ROOT / "README.md", "methods-table", "\n".join(methods_table(tier)))

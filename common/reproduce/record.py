@@ -1,0 +1,54 @@
+"""The typed record of a reproduced table: what ran (rows x seeds), what it measured, how its
+claims fared, and the fingerprint of the code and configs that produced it."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from common.reproduce.claims import ClaimResult
+
+RUN_INFO = ("seed", "run_dir", "wall_s")
+
+
+@dataclass
+class TableResult:
+    experiment: str
+    seeds: list[int]
+    metrics: list[str]                                 # the columns the config asks for
+    runs: dict[str, list[dict]]                        # row -> one dict per seed (seed, run_dir, wall_s, metrics)
+    claims: list[ClaimResult] = field(default_factory=list)
+    known_failures: list[ClaimResult] = field(default_factory=list)
+    paper: dict | None = None
+    tuned_on: dict | None = None
+    purpose: str = "report"                            # report | tuning (a sweep on validation data)
+    fingerprint: dict | None = None
+    figures: list[str] = field(default_factory=list)
+    plot: str | None = None
+    held_out: bool = False                             # run with --seeds other than the config's
+
+    def per_seed(self) -> dict[str, dict[str, list[float]]]:
+        """row -> metric -> values in seed order (what claims are judged on)."""
+        return {row: {k: [s[k] for s in seeds] for k in seeds[0] if k not in RUN_INFO}
+                for row, seeds in self.runs.items()}
+
+    def summary(self) -> dict[str, dict[str, tuple[float, float, int]]]:
+        """row -> metric -> (mean, std over seeds, number of seeds)."""
+        return {row: {k: (float(np.mean(v)), float(np.std(v)), len(v)) for k, v in metrics.items()}
+                for row, metrics in self.per_seed().items()}
+
+    def wall_s(self) -> float:
+        """Seconds of the runs executed (reused runs count what they took when they ran)."""
+        return float(sum(s.get("wall_s") or 0.0 for seeds in self.runs.values() for s in seeds))
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["summary"] = self.summary()
+        return out
+
+    @staticmethod
+    def from_dict(d: dict) -> "TableResult":
+        keep = {k: v for k, v in d.items() if k in TableResult.__dataclass_fields__}
+        keep["claims"] = [ClaimResult(**c) for c in d.get("claims", [])]
+        keep["known_failures"] = [ClaimResult(**c) for c in d.get("known_failures", [])]
+        return TableResult(**keep)
