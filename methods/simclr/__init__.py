@@ -7,12 +7,15 @@ from common import data, tasks
 from methods.simclr.model import SimCLR
 
 
+def build(cfg) -> SimCLR:
+    """The model from the config alone (no data): encoder + projector."""
+    encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
+    return instantiate(cfg.method.model, encoder=encoder, feat_dim=feat_dim)
+
+
 def run(cfg, ctx) -> dict[str, float]:
     """Pre-train on the train split, then linear-probe and kNN accuracy of frozen features."""
-    splits = data.image_splits(cfg.dataset)
-    encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
-    model = instantiate(cfg.method.model, encoder=encoder, feat_dim=feat_dim)
-    return tasks.contrastive(ctx, model, splits, cfg.eval)
+    return tasks.contrastive(ctx, build(cfg), data.image_splits(cfg.dataset), cfg.eval)
 
 
-__all__ = ["SimCLR", "run"]
+__all__ = ["SimCLR", "build", "run"]
