@@ -8,7 +8,7 @@ import numpy as np
 
 from common.reproduce.claims import ClaimResult
 
-RUN_INFO = ("seed", "run_dir", "wall_s")
+RUN_INFO = ("seed", "run_dir", "wall_s", "cpu_s")
 
 
 @dataclass
@@ -36,6 +36,10 @@ class TableResult:
         """row -> metric -> (mean, std over seeds, number of seeds)."""
         return {row: {k: (float(np.mean(v)), float(np.std(v)), len(v)) for k, v in metrics.items()}
                 for row, metrics in self.per_seed().items()}
+
+    def cpu_minutes(self) -> float:
+        """CPU time of its runs in minutes (all threads), robust to a loaded machine."""
+        return float(sum(s.get("cpu_s") or 0.0 for seeds in self.runs.values() for s in seeds)) / 60
 
     def wall_s(self) -> float:
         """Seconds of the runs executed (reused runs count what they took when they ran)."""

@@ -32,7 +32,7 @@ def wall_time(t: TableResult) -> str:
     walls = [s["wall_s"] for seeds in t.runs.values() for s in seeds if s.get("wall_s")]
     total = sum(len(seeds) for seeds in t.runs.values())
     missing = f", {total - len(walls)} without a recorded time" if len(walls) < total else ""
-    return f"{sum(walls) / 60:.1f} min for {len(walls)} runs{missing}"
+    return f"{sum(walls) / 60:.1f} min wall, {t.cpu_minutes():.1f} CPU-min for {len(walls)} runs{missing}"
 
 
 def table_markdown(t: TableResult, level: str = "##") -> list[str]:

@@ -38,16 +38,16 @@ def run_settings(cfg) -> dict:
     return {k: v for k, v in settings.items() if k not in _NOT_RUN_SETTINGS}
 
 
-def _cached(cfg) -> tuple[dict, float | None] | None:
-    """(metrics, wall seconds) of an earlier run with the same resolved run settings (editing a
+def _cached(cfg) -> tuple[dict, float | None, float | None] | None:
+    """(metrics, wall seconds, CPU seconds) of an earlier run with the same resolved run settings (editing a
     claim or the paper's numbers does not invalidate runs)."""
     run_dir = Path(cfg.run_dir)
     try:
         if run_settings(OmegaConf.load(run_dir / "config.yaml")) != run_settings(cfg):
             return None
         metrics = json.loads((run_dir / "metrics.json").read_text())
-        timing = run_dir / "timing.json"
-        return metrics, (json.loads(timing.read_text())["wall_s"] if timing.exists() else None)
+        timing = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
+        return metrics, timing.get("wall_s"), timing.get("cpu_s")
     except (OSError, KeyError, ValueError):
         return None
 
@@ -86,15 +86,16 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
                                               f"seed={seed}", f"run_name={experiment}/{row}"])
             hit = None if fresh else _cached(cfg)
             if hit is None:
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 metrics = run_method(cfg)
-                wall, status = time.perf_counter() - start, "ran"
-                (Path(cfg.run_dir) / "timing.json").write_text(json.dumps({"wall_s": wall}) + "\n")
+                wall, cpu, status = time.perf_counter() - start, time.process_time() - cpu_start, "ran"
+                (Path(cfg.run_dir) / "timing.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu}) + "\n")
             else:
-                (metrics, wall), status = hit, "cached"
+                (metrics, wall, cpu), status = hit, "cached"
             log(f"[{experiment}] {row} seed={seed} ({status}{f', {wall:.0f} s' if wall else ''}): "
                 + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
-            runs.setdefault(row, []).append({"seed": seed, "run_dir": cfg.run_dir, "wall_s": wall, **metrics})
+            runs.setdefault(row, []).append({"seed": seed, "run_dir": cfg.run_dir, "wall_s": wall, "cpu_s": cpu,
+                                             **metrics})
     table = TableResult(experiment=experiment, seeds=seeds, metrics=list(base.table.metrics), runs=runs,
                         paper=OmegaConf.to_container(base.paper) if base.paper else None,
                         tuned_on=OmegaConf.to_container(base.tuned_on) if base.tuned_on else None,
