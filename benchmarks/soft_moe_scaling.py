@@ -26,10 +26,10 @@ EXPERTS = (1, 4, 16, 64, 256)
 TOKENS, BATCH, STEPS = 256, 32, 5
 
 
-def vit_cfg(router: str, experts: int):
-    return OmegaConf.create(dict(router=router, input_size=None, patch_size=2, dim=128, depth=4, heads=4, mlp_ratio=4.0,
-                                 moe_blocks=2, num_experts=experts, slots_per_expert=TOKENS // experts,
-                                 expert_mlp_ratio=4.0, capacity_factor=1.0, aux_weight=0.0))
+def vit_kwargs(router: str, experts: int) -> dict:
+    return dict(router=router, patch_size=2, dim=128, depth=4, heads=4, mlp_ratio=4.0, moe_blocks=2,
+                num_experts=experts, slots_per_expert=TOKENS // experts, expert_mlp_ratio=4.0,
+                capacity_factor=1.0, aux_weight=0.0)
 
 
 class LoopExperts(torch.nn.Module):
@@ -48,7 +48,7 @@ class LoopExperts(torch.nn.Module):
 
 
 def build(kind: str, experts: int):
-    model = MoEViT(vit_cfg("dense" if kind == "dense" else "soft", experts), 32, 3, 10)
+    model = MoEViT(32, 3, 10, **vit_kwargs("dense" if kind == "dense" else "soft", experts))
     if kind == "loop":
         for layer in model.moe_layers():
             if isinstance(layer, SoftMoE):

@@ -4,7 +4,6 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from methods.soft_moe import ROUTERS, ExpertsChoice, MoEViT, SoftMoE, TokensChoice
 
@@ -118,10 +117,8 @@ def test_experts_choice_capacity():
 
 @pytest.mark.parametrize("router", ROUTERS)
 def test_every_router_in_the_vit(router):
-    cfg = OmegaConf.create(dict(router=router, input_size=None, patch_size=7, dim=16, depth=2, heads=2, mlp_ratio=4.0,
-                                moe_blocks=1, num_experts=4, slots_per_expert=4, expert_mlp_ratio=4.0,
-                                capacity_factor=1.0, aux_weight=0.01))
-    model = MoEViT(cfg, img_size=28, in_chans=1, num_classes=10)
+    model = MoEViT(img_size=28, in_chans=1, num_classes=10, router=router, patch_size=7, dim=16, depth=2, heads=2,
+                   moe_blocks=1, num_experts=4, slots_per_expert=4)
     images = torch.randint(0, 256, (3, 1, 28, 28), dtype=torch.uint8)
     loss, logs = model.training_step((images, torch.tensor([0, 1, 2])))
     loss.backward()

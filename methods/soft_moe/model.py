@@ -3,52 +3,59 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from common.ssl import to_float
+from common.data.transforms import to_signed
+from common.nn import build_vit
 from methods.soft_moe.layers import SoftMoE
 from methods.soft_moe.routers import ExpertsChoice, SparseRouter, TokensChoice
 
 ROUTERS = ("dense", "soft", "soft_uniform", "uniform_soft", "uniform", "identity", "tokens_choice", "experts_choice")
 
 
-def moe_layer(router: str, dim: int, cfg) -> nn.Module:
+def moe_layer(router: str, dim: int, num_experts: int, slots_per_expert: int, hidden: int,
+              capacity_factor: float) -> nn.Module:
     """The MoE that replaces a block's MLP; every router gets the same total slots/capacity,
     so FLOPs per image match the dense MLP when slots == tokens."""
-    hidden = int(cfg.expert_mlp_ratio * dim)
     if router in ("soft", "soft_uniform", "uniform_soft", "uniform", "identity"):
         dispatch, combine = {"soft": ("soft", "soft"), "soft_uniform": ("soft", "uniform"),
                              "uniform_soft": ("uniform", "soft"), "uniform": ("uniform", "uniform"),
                              "identity": ("identity", "identity")}[router]
-        return SoftMoE(dim, cfg.num_experts, cfg.slots_per_expert, hidden, dispatch, combine)
+        return SoftMoE(dim, num_experts, slots_per_expert, hidden, dispatch, combine)
     if router == "tokens_choice":
-        return TokensChoice(dim, cfg.num_experts, cfg.capacity_factor, hidden)
+        return TokensChoice(dim, num_experts, capacity_factor, hidden)
     if router == "experts_choice":
-        return ExpertsChoice(dim, cfg.num_experts, cfg.capacity_factor, hidden)
+        return ExpertsChoice(dim, num_experts, capacity_factor, hidden)
     raise ValueError(f"router must be one of {ROUTERS}, got '{router}'")
 
 
 class MoEViT(nn.Module):
-    """ViT (timm) with average pooling; blocks [depth - moe_blocks, depth) get `moe_layer`."""
+    """ViT (timm) with average pooling; blocks [depth - moe_blocks, depth) get `moe_layer`.
+    Defaults: the paper's Soft MoE-S/16 with 128 experts in the last half of the blocks."""
 
-    def __init__(self, cfg, img_size: int, in_chans: int, num_classes: int):
+    def __init__(self, img_size: int, in_chans: int, num_classes: int, router: str = "soft",
+                 input_size: int | None = None, patch_size: int = 16, dim: int = 384, depth: int = 12,
+                 heads: int = 6, mlp_ratio: float = 4.0, moe_blocks: int = 6, num_experts: int = 128,
+                 slots_per_expert: int = 1, expert_mlp_ratio: float = 4.0, capacity_factor: float = 1.0,
+                 aux_weight: float = 0.01):
         super().__init__()
-        self.cfg = cfg
-        self.input_size = cfg.input_size or img_size
-        self.vit = VisionTransformer(img_size=self.input_size, patch_size=cfg.patch_size, in_chans=in_chans,
-                                     num_classes=num_classes, embed_dim=cfg.dim, depth=cfg.depth,
-                                     num_heads=cfg.heads, mlp_ratio=cfg.mlp_ratio, class_token=False,
-                                     global_pool="avg")
-        if cfg.router != "dense":
-            for block in self.vit.blocks[cfg.depth - cfg.moe_blocks:]:
-                block.mlp = moe_layer(cfg.router, cfg.dim, cfg)
+        if router not in ROUTERS:
+            raise ValueError(f"router must be one of {ROUTERS}, got '{router}'")
+        if not 0 <= moe_blocks <= depth:
+            raise ValueError(f"moe_blocks must be in [0, depth={depth}], got {moe_blocks}")
+        self.router, self.aux_weight = router, aux_weight
+        self.input_size = input_size or img_size
+        self.vit = build_vit(self.input_size, patch_size, in_chans, num_classes, dim, depth, heads, mlp_ratio)
+        if router != "dense":
+            for block in self.vit.blocks[depth - moe_blocks:]:
+                block.mlp = moe_layer(router, dim, num_experts, slots_per_expert, int(expert_mlp_ratio * dim),
+                                      capacity_factor)
 
     def moe_layers(self) -> list[nn.Module]:
         return [b.mlp for b in self.vit.blocks if not isinstance(b.mlp, nn.Sequential) and hasattr(b.mlp, "experts")]
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = to_float(images) * 2 - 1
+        x = to_signed(images)
         if x.shape[-1] != self.input_size:  # paper-tier shapes: small images upsampled (e.g. 32 -> 224)
             x = F.interpolate(x, size=self.input_size, mode="bilinear", align_corners=False)
         return self.vit(x)
@@ -61,7 +68,8 @@ class MoEViT(nn.Module):
         sparse = [m for m in self.moe_layers() if isinstance(m, SparseRouter)]
         if sparse:
             aux = torch.stack([m.aux_loss for m in sparse]).sum()
-            loss = loss + self.cfg.aux_weight * aux
+            loss = loss + self.aux_weight * aux
             logs["aux_loss"] = aux.detach()
             logs["dropped"] = torch.stack([m.dropped for m in sparse]).mean().detach()
+            self.last_dropped = logs["dropped"]   # the share of tokens the last step dropped
         return loss, logs
