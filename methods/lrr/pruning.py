@@ -64,7 +64,7 @@ def global_magnitude_masks(weights: dict[str, torch.Tensor], sparsity: float,
                          f"already pruned; masks nest, so pass a sparsity at least the current one")
     # already pruned weights sort first; a stable sort keeps flat order among equal |θ|
     order = torch.sort(torch.where(kept, scores, torch.full_like(scores, -1.0)), stable=True).indices
-    new = torch.zeros(total, dtype=torch.bool)
+    new = torch.zeros(total, dtype=torch.bool, device=scores.device)
     new[order[n_prune:]] = True
     out, start = {}, 0
     for n in names:
@@ -112,7 +112,7 @@ def measured_sparsity(weights: dict[str, torch.Tensor]) -> float:
 def apply_masks(weights: dict[str, torch.Tensor], masks: dict[str, torch.Tensor]) -> None:
     """θ ← θ ⊙ m in place."""
     for n, w in weights.items():
-        w.mul_(masks[n].to(w.dtype))
+        w.mul_(masks[n].to(device=w.device, dtype=w.dtype))
 
 
 @contextlib.contextmanager
