@@ -317,6 +317,9 @@ def main() -> int:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False      # fp32 rows in IEEE on both sides
     bench = Bench(device, repeats=1 if args.cpu_smoke else (5 if args.quick else 20), warmup=0 if args.cpu_smoke else 3)
+    out = args.out or (None if args.cpu_smoke else "benchmarks/results/gpu_kernels.json")
+    header = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (interpreter smoke)",
+              "torch": torch.__version__, "triton": _triton_version(), "hbm_bytes_per_s": HBM_BYTES_PER_S, "goals": GOALS}
     families = {"periodic": periodic_cases, "segment": segment_cases, "soft_moe": soft_moe_cases, "vcas": vcas_cases}
     rows, t0 = [], time.time()
     for dtype_name in args.dtypes:
@@ -348,25 +351,29 @@ def main() -> int:
                        f"rel err {row['max_rel_err']:.1e}"), flush=True)
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+                if out:               # rows so far, so that a run cut short still leaves its numbers
+                    _write(out, {**header, "complete": False, "rows": rows, "seconds": time.time() - t0})
     text = table(rows)
     print(text)
     verdict = judge(rows)
     for key, v in verdict.items():
         print(f"goal {key}: {'MET' if v['met'] else 'not met'} {v}")
-    payload = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu (interpreter smoke)",
-               "torch": torch.__version__, "triton": _triton_version(), "hbm_bytes_per_s": HBM_BYTES_PER_S,
-               "goals": GOALS, "verdict": verdict, "rows": rows, "seconds": time.time() - t0}
-    out = args.out or (None if args.cpu_smoke else "benchmarks/results/gpu_kernels.json")
     if out:
         from common import results
 
-        results.write(Path(out), payload)
+        _write(out, {**header, "complete": True, "verdict": verdict, "rows": rows, "seconds": time.time() - t0})
         if not args.cpu_smoke:
             readme = Path(__file__).resolve().parent.parent / "common/kernels/README.md"
             results.update_marked_region(readme, "bench:gpu_kernels", text + "\n\n(`python benchmarks/gpu_kernels.py`; raw: "
                                          "`benchmarks/results/gpu_kernels.json`)")
         print(f"wrote {out}")
     return 1 if any("error" in r for r in rows) else 0
+
+
+def _write(path: str, payload: dict) -> None:
+    from common import results
+
+    results.write(Path(path), payload)
 
 
 def _triton_version() -> str | None:

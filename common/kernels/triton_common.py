@@ -46,8 +46,15 @@ def check_dtype(name: str, t: torch.Tensor) -> None:
 
 def csr(index: torch.Tensor, num_segments: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(order, offsets): a stable permutation that groups `index` (E,) by value, and the
-    (num_segments + 1,) offsets of each group in that order. O(E) integers, no data copies."""
-    order = torch.argsort(index, stable=True)
-    offsets = index.new_zeros(num_segments + 1)
-    offsets[1:] = torch.cumsum(torch.bincount(index, minlength=num_segments), 0)
-    return order, offsets
+    (num_segments + 1,) offsets of each group in that order. O(E) integers, no data copies,
+    and no host synchronisation (searchsorted, not bincount, whose size depends on the data)."""
+    grouped, order = torch.sort(index, stable=True)
+    bounds = torch.arange(num_segments + 1, device=index.device, dtype=index.dtype)
+    return order, torch.searchsorted(grouped, bounds)
+
+
+def same_device(device: torch.device, **tensors) -> None:
+    """The kernels take raw pointers: every tensor must live where the main input does."""
+    for name, t in tensors.items():
+        if t is not None and t.device != device:
+            raise ValueError(f"{name} is on {t.device} but the other inputs are on {device}")

@@ -119,7 +119,8 @@ REGISTRY: list[KernelOp] = [
              gpu_cases={"s16": dict(batch=4, tokens=196, dim=384, experts=128, slots=1, hidden=1536),
                         "odd": dict(batch=3, tokens=77, dim=40, experts=5, slots=3, hidden=33)}),
     KernelOp("sampled_weight_grad", sampled_weight_grad, build_sampled,
-             cpu_cases={"odd": dict(rows=100, n_out=67, n_in=37), "none_kept": dict(rows=3, n_out=2, n_in=1, keep="none"),
+             cpu_cases={"odd": dict(rows=100, n_out=67, n_in=37), "split_rows": dict(rows=1100, n_out=20, n_in=12),
+                        "none_kept": dict(rows=3, n_out=2, n_in=1, keep="none"),
                         "single": dict(rows=1, n_out=1, n_in=1, keep="all")},
              gpu_cases={"vit_b_fc1": dict(rows=3152, n_out=3072, n_in=768), "odd": dict(rows=999, n_out=130, n_in=77)}),
 ]

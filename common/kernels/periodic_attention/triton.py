@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from common.kernels.triton_common import ADD, MAX, check_dtype, csr, next_pow2
+from common.kernels.triton_common import ADD, MAX, check_dtype, csr, next_pow2, same_device
 
 BLOCK_E = 32      # images per step of a program's loop
 
@@ -215,9 +215,12 @@ class PeriodicAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, disig, None, None, None, None, None
 
 
+@torch.compiler.disable          # a graph break under torch.compile: the op is one fused kernel already
 def periodic_attention(q, k, v, inv_sigma2, src, dst, r2, W_E=None, *, r_max: float = 14.0):
     for name, t in (("q", q), ("k", k), ("v", v), ("inv_sigma2", inv_sigma2), ("r2", r2)):
         check_dtype(name, t)
+    same_device(q.device, k=k, v=v, inv_sigma2=inv_sigma2, src=src, dst=dst, r2=r2)
+    src, dst = src.contiguous(), dst.contiguous()
     n_rbf = 0 if W_E is None else W_E.shape[1]
     yv, yb = PeriodicAttentionFunction.apply(q, k, v, inv_sigma2, src, dst, r2, n_rbf, float(r_max))
     if W_E is None:

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from common.kernels.triton_common import ADD, MAX, check_dtype, csr, next_pow2
+from common.kernels.triton_common import ADD, MAX, check_dtype, csr, next_pow2, same_device
 
 MAX_BLOCK_D = 128     # columns per program
 TILE = 2048           # elements per loaded tile: rows per step = TILE / columns, 32 .. 256
@@ -195,7 +195,7 @@ class SegmentSumFunction(torch.autograd.Function):
                 # d src[v] = Σ_{t: index[t] = v} weight[t] grad[segment(t)]: a segment sum over
                 # the transposed CSR (rows t grouped by index), gathering grad by segment
                 counts = offsets[1:] - offsets[:-1]
-                seg = torch.repeat_interleave(torch.arange(S, device=grad.device), counts)
+                seg = torch.repeat_interleave(torch.arange(S, device=grad.device), counts, output_size=len(index))
                 order, offsets_t = csr(index, src2.shape[0])
                 scale = None if weight is None else weight.float()
                 if ctx.mean:
@@ -240,12 +240,19 @@ def _flat(src: torch.Tensor) -> torch.Tensor:
     return src.reshape(src.shape[0], -1)
 
 
+@torch.compiler.disable
 def segment_sum(src, offsets, index=None, weight=None, *, mean: bool = False):
     check_dtype("src", src)
+    same_device(src.device, offsets=offsets, index=index, weight=weight)
+    offsets = offsets.contiguous()
+    index = None if index is None else index.contiguous()
+    weight = None if weight is None else weight.contiguous()
     out = SegmentSumFunction.apply(_flat(src), weight, offsets, index, mean)
     return out.view(len(offsets) - 1, *src.shape[1:])
 
 
+@torch.compiler.disable
 def segment_softmax(scores, offsets):
     check_dtype("scores", scores)
-    return SegmentSoftmaxFunction.apply(_flat(scores), offsets).view(scores.shape)
+    same_device(scores.device, offsets=offsets)
+    return SegmentSoftmaxFunction.apply(_flat(scores), offsets.contiguous()).view(scores.shape)

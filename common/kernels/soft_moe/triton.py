@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from common.kernels.soft_moe.reference import router_logits
-from common.kernels.triton_common import ADD, MAX, check_dtype, dot_dtype, dot_precision, next_pow2
+from common.kernels.triton_common import ADD, MAX, check_dtype, dot_dtype, dot_precision, next_pow2, same_device
 
 BLOCK_I, BLOCK_J = 32, 32      # output rows, reduction rows per step (tl.dot needs >= 16)
 MAX_BLOCK_D = 512              # whole width per program up to 512: each logit tile read once
@@ -183,7 +183,9 @@ class SoftMoEFunction(torch.autograd.Function):
         return d_logits, dx, d_w1, d_pre.sum(1), d_w2, d_slots_out.sum(1)
 
 
+@torch.compiler.disable
 def soft_moe(x, phi, scale, w1, b1, w2, b2):
     for name, t in (("x", x), ("phi", phi), ("w1", w1)):
         check_dtype(name, t)
+    same_device(x.device, phi=phi, w1=w1, b1=b1, w2=w2, b2=b2)
     return SoftMoEFunction.apply(router_logits(x, phi, scale), x, w1, b1, w2, b2)
