@@ -8,8 +8,6 @@ estimate from the kept rows only:
 """
 from __future__ import annotations
 
-import torch
-
 
 def sampled_weight_grad(grad_output, input, rows, keep_prob):
     """grad_output (N, out), input (N, in), rows (K,) kept row ids, keep_prob (N,) -> (out, in)."""

@@ -10,7 +10,6 @@ The experts are n two-layer GELU MLPs as batched weights (methods/soft_moe/layer
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from einops import einsum, rearrange
 
