@@ -298,3 +298,42 @@ def test_procedure_metrics_and_plot(tmp_path, tiny_model):
     assert metrics["argmin"]["nmse_last"] == pytest.approx(((preds["argmin"] - ys) ** 2)[:, -1].mean().item() / D, rel=1e-5)
     curves = stages.nmse_curves(preds, ys, D)
     assert nmse_vs_position(curves, tmp_path / "nmse.png", "test", noise_floor=SIGMA ** 2 / D).stat().st_size > 1000
+
+
+def test_trainer_drives_the_model_on_fresh_prompts_and_resumes_exactly(tmp_path):
+    """The run's training stage: common/trainer.py's Trainer with `training_step` and the pure
+    prompt stream; a run stopped by SIGTERM and resumed gives the uninterrupted run's losses."""
+    import os
+    import signal
+
+    from omegaconf import OmegaConf
+
+    from common.hardware import Hardware
+    from common.logging import MetricLogger, read_jsonl
+    from common.trainer import RunInterrupted, Trainer
+
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=0)
+    cfg = OmegaConf.create(dict(max_steps=6, batch_size=8, grad_accum=1, clip_grad=1.0, log_every=1, eval_every=0,
+                                ckpt_every=0, progress=False, schedule={"name": "cosine", "warmup_steps": 2},
+                                optimizer={"_target_": "torch.optim.AdamW", "lr": 1e-3, "weight_decay": 0.0}))
+    prompts_fn = stages.fresh_prompt_batches(mix, 8, 6, seed=0)
+
+    def trainer(run_dir, stop_at=None, resume=False):
+        torch.manual_seed(1 if resume else 0)   # a resumed process starts from another RNG state
+
+        def batch_fn(step):
+            if step == stop_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return prompts_fn(step)
+        model = MixRegTransformer(D, width=16, depth=2, heads=2, max_len=8)
+        return Trainer(model, cfg, Hardware(device=torch.device("cpu")), run_dir,
+                       MetricLogger(run_dir, OmegaConf.create({"kind": "jsonl"}), resume=resume), batch_fn)
+
+    trainer(tmp_path / "full").fit()
+    with pytest.raises(RunInterrupted):
+        trainer(tmp_path / "part", stop_at=3).fit()
+    trainer(tmp_path / "part", resume=True).fit(resume=True)
+    full_losses = [r["loss"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")]
+    part_losses = [r["loss"] for r in read_jsonl(tmp_path / "part" / "metrics.jsonl")]
+    assert len(full_losses) == 6 and np.isfinite(full_losses).all()
+    np.testing.assert_allclose(part_losses, full_losses, rtol=1e-6)
