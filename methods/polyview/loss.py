@@ -3,10 +3,9 @@
 
 z is (N, M, d): N samples x M views x d dims (projector outputs, any scale: rows are
 L2-normalised here). Every loss is one (NM) x (NM) logit matrix plus reductions over it,
-with no Python loop over view pairs (alpha, beta); it is computed in z's dtype. Equation
-numbers: README "Equations".
+with no Python loop over view pairs (alpha, beta); it is computed in z's dtype.
 
-Notation (the issue's spec, README "Equations"): s(ia, jb) = z_ia . z_jb / tau and the pair
+Notation (the issue's spec; README "Equations"): s(ia, jb) = z_ia . z_jb / tau and the pair
 log-likelihood, for b != a,
     l_iab = s(ia, ib) - log( e^{s(ia, ib)} + sum_{j != i} sum_g e^{s(ia, jg)} ):
 the positive is view b of the same sample, the negatives are every view of every other
