@@ -1,29 +1,8 @@
-"""M augmented views per image, and the compute-matched batch of the poly-view tables.
-
-`multi_views` belongs beside `common.ssl.augment.two_views` (it uses only that module) and is
-written so that it can move there unchanged.
-"""
+"""The compute-matched batch of the poly-view tables (the views themselves:
+common.ssl.multi_views, beside two_views)."""
 from __future__ import annotations
 
-import torch
-from einops import rearrange
-
-from common.ssl.augment import apply, sample_params
-
-
-def multi_views(images: torch.Tensor, views: int, cfg,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """M independent augmentations of every image: float (N, C, H, W) -> (N, M, C, H, W).
-
-    One parameter set per view (N*M draws from the ranges in `cfg`, a `method.augment`
-    config) and one `apply` over all N*M views. M = 2 is `two_views` in distribution.
-    """
-    if views < 1:
-        raise ValueError(f"multi_views needs views >= 1, got {views}")
-    n = images.shape[0]
-    params = sample_params(n * views, cfg, images.device, generator=generator)
-    out = apply(images.repeat_interleave(views, dim=0), params)           # ((N M), C, H, W), sample-major
-    return rearrange(out, "(n m) c h w -> n m c h w", n=n, m=views)
+from common.ssl import multi_views  # noqa: F401  (re-exported: the method's public API)
 
 
 def images_per_step(encoded_views: int, views: int) -> int:
