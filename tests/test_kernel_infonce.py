@@ -7,12 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common.config import UserError
 from common.nn.backbones import SmallCNN
-from common.ssl import info_nce
-from methods.kernel_infonce import (KERNELS, OBJECTIVES, KernelInfoNCE, best_temperature, kernel_infonce,
-                                    kernel_loss_sum, log_kernel, validation_splits)
+from common.ssl import Augment, info_nce
+from methods.kernel_infonce import KERNELS, OBJECTIVES, KernelInfoNCE, build, kernel_infonce, kernel_loss_sum, log_kernel
+from methods.kernel_infonce.model import READS_GAMMA
 
-AUG = dict(min_scale=0.3, flip_prob=0.5, jitter_prob=0.8, brightness=0.4, contrast=0.4)
+AUG = Augment(min_scale=0.3, flip_prob=0.5, jitter_prob=0.8, brightness=0.4, contrast=0.4)
 
 
 def rand(n, d=6, seed=0):
@@ -173,26 +174,12 @@ def test_model_rejects_bad_arguments():
         KernelInfoNCE(SmallCNN(1, 4), 16, kernel="concat_sum", proj_dim=63)
     with pytest.raises(ValueError, match="gamma"):
         KernelInfoNCE(SmallCNN(1, 4), 16, kernel="loss_sum", gamma=3.0)
-
-
-# --- tau selection ------------------------------------------------------------------------
-def test_validation_splits_hold_out_part_of_eval_train_and_never_the_test_split():
-    splits = {"train": (torch.arange(10), torch.zeros(10)), "eval_train": (torch.arange(100, 150), torch.arange(50)),
-              "test": (torch.arange(900, 910), torch.zeros(10))}
-    val = validation_splits(splits, holdout=20, seed=0)
-    fit_x, held_x = val["eval_train"][0], val["test"][0]
-    assert len(fit_x) == 30 and len(held_x) == 20
-    assert set(fit_x.tolist()).isdisjoint(held_x.tolist())
-    assert set(fit_x.tolist()) | set(held_x.tolist()) == set(range(100, 150))
-    torch.testing.assert_close(val["test"][1], held_x - 100)              # labels travel with images
-    assert torch.equal(validation_splits(splits, 20, seed=0)["test"][0], held_x)
-    with pytest.raises(ValueError, match="holdout"):
-        validation_splits(splits, holdout=50)
-
-
-def test_best_temperature_takes_the_top_score_and_the_smaller_tau_on_ties():
-    assert best_temperature({0.1: 70.0, 0.2: 72.5, 0.5: 71.0}) == 0.2
-    assert best_temperature({0.5: 72.0, 0.2: 72.0}) == 0.2
+    with pytest.raises(ValueError, match="does not read gamma"):        # a key that would do nothing
+        KernelInfoNCE(SmallCNN(1, 4), 16, kernel="gaussian", gamma=0.5)
+    with pytest.raises(ValueError, match="does not read temperature2"):
+        KernelInfoNCE(SmallCNN(1, 4), 16, kernel="exponential", temperature2=0.5)
+    with pytest.raises(ValueError, match="does not read loss_sum_weight"):
+        KernelInfoNCE(SmallCNN(1, 4), 16, kernel="simple_sum", loss_sum_weight=0.5)
 
 
 # --- model ------------------------------------------------------------------------------
@@ -200,8 +187,29 @@ def test_best_temperature_takes_the_top_score_and_the_smaller_tau_on_ties():
 def test_training_step_runs_with_finite_gradients(kernel):
     torch.manual_seed(0)
     encoder = SmallCNN(1, 4)
-    model = KernelInfoNCE(encoder, encoder.num_features, kernel=kernel, temperature=0.5, gamma=0.5, augment=AUG)
+    gamma = 0.5 if kernel in READS_GAMMA else None
+    model = KernelInfoNCE(encoder, encoder.num_features, kernel=kernel, temperature=0.5, gamma=gamma, augment=AUG)
     loss, _ = model.training_step(torch.randint(0, 256, (6, 1, 28, 28), dtype=torch.uint8))
     loss.backward()
     assert torch.isfinite(loss)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_model_reads_its_defaults_where_the_kernel_uses_them():
+    encoder = SmallCNN(1, 4)
+    model = KernelInfoNCE(encoder, encoder.num_features, kernel="loss_sum", temperature=0.3, augment=AUG)
+    assert (model.gamma, model.loss_sum_weight, model.temperature2, model.temperature) == (1.0, 0.5, None, 0.3)
+    z1, z2 = torch.randn(4, 128), torch.randn(4, 128)
+    torch.testing.assert_close(model.loss(z1, z2), kernel_loss_sum(z1, z2, 0.3, 1.0, 0.5))
+
+
+# --- configs --------------------------------------------------------------------------------
+@pytest.mark.parametrize("override, says", [("method.model.kernel=cauchy", "choose one of"),
+                                            ("method.model.gamma=2.5", r"gamma must lie in \(0, 2\]"),
+                                            ("method.model.proj_dim=15", "even"),
+                                            ("method.model.temperature2=-1", "temperature2")])
+def test_bad_kernel_settings_in_a_config_are_config_errors(compose_cfg, override, says):
+    extra = ["method.model.kernel=concat_sum"] if "proj_dim" in override else []
+    with pytest.raises(UserError, match=says) as err:
+        build(compose_cfg(["experiment=kernel_infonce_smoke", *extra, override]))
+    assert err.value.exit_code == 2

@@ -6,12 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common.config import UserError
 from common.nn.backbones import SmallCNN
-from common.ssl import info_nce
-from methods.polyview import (LOSSES, PolyView, arithmetic_pvc, geometric_pvc, images_per_step, multi_crop,
-                              multi_views, poly_view_loss)
+from common.ssl import Augment, info_nce, multi_views
+from methods.polyview import (LOSSES, PolyView, arithmetic_pvc, build, geometric_pvc, images_per_step, multi_crop,
+                              poly_view_loss)
 
-AUG = dict(min_scale=0.3, flip_prob=0.5, jitter_prob=0.8, brightness=0.4, contrast=0.4)
+AUG = Augment(min_scale=0.3, flip_prob=0.5, jitter_prob=0.8, brightness=0.4, contrast=0.4)
 
 
 def rand_z(n, m, d=5, seed=0):
@@ -215,7 +216,7 @@ def test_model_rejects_bad_arguments():
 # --- views and model ------------------------------------------------------------------------
 def test_multi_views_shape_and_independent_draws():
     x = torch.rand(3, 1, 28, 28)
-    v = multi_views(x, 5, type("A", (), AUG), generator=torch.Generator().manual_seed(0))
+    v = multi_views(x, 5, AUG, generator=torch.Generator().manual_seed(0))
     assert v.shape == (3, 5, 1, 28, 28)
     flat = v.flatten(2)
     # 15 views from 15 independent parameter draws: no two views coincide
@@ -235,3 +236,32 @@ def test_training_step_encodes_all_views_in_one_forward():
     assert torch.isfinite(loss) and loss.item() > 0
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
     assert model.features(images).shape == (6, encoder.num_features)
+
+
+def test_model_keeps_the_contrastive_model_settings():
+    encoder = SmallCNN(1, 4)
+    model = PolyView(encoder, encoder.num_features, views=3, loss="arithmetic", temperature=0.3, proj_hidden=32,
+                     proj_dim=8, augment=AUG)
+    assert (model.views, model.loss_kind, model.temperature, model.augment) == (3, "arithmetic", 0.3, AUG)
+    assert model.projector(torch.randn(5, encoder.num_features)).shape == (5, 8)
+
+
+# --- configs --------------------------------------------------------------------------------
+def test_mini_rows_encode_the_same_views_per_step(compose_cfg):
+    """The compute-matched table: every row encodes N * M = 256 views per step, for the same steps."""
+    base = compose_cfg(["experiment=polyview_mini"])
+    budgets = set()
+    for row, overrides in base.table.rows.items():
+        cfg = compose_cfg(["experiment=polyview_mini", *overrides])
+        m = cfg.method.model.views
+        assert images_per_step(256, m) == cfg.trainer.batch_size, row
+        budgets.add((cfg.trainer.max_steps, cfg.trainer.batch_size * m))
+    assert budgets == {(300, 256)}
+
+
+@pytest.mark.parametrize("override, says", [("method.model.views=1", "views >= 2"),
+                                            ("method.model.loss=harmonic", "choose one of")])
+def test_bad_model_settings_in_a_config_are_config_errors(compose_cfg, override, says):
+    with pytest.raises(UserError, match=says) as err:
+        build(compose_cfg(["experiment=polyview_smoke", override]))
+    assert err.value.exit_code == 2

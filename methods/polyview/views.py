@@ -1,8 +1,6 @@
-"""The compute-matched batch of the poly-view tables (the views themselves:
+"""The compute-matched batch of the poly-view tables (the views themselves come from
 common.ssl.multi_views, beside two_views)."""
 from __future__ import annotations
-
-from common.ssl import multi_views  # noqa: F401  (re-exported: the method's public API)
 
 
 def images_per_step(encoded_views: int, views: int) -> int:
