@@ -93,7 +93,7 @@ def test_sampled_gradient_is_unbiased(act, w):
     x, target = torch.randn(12, 5, 16), torch.randn(12, 5, 16)
     x[:4] *= 3  # unequal sample norms so water-filling is not uniform
     exact = grads_of(exact_model, x, target)
-    samples = torch.stack([grads_of(model, x, target) for _ in range(400)])
+    samples = torch.stack([grads_of(model, x, target) for _ in range(300)])
     z, z_biased = max_z(samples, exact)
     # ~3k coordinates: P(max |z| > 5.5) under unbiasedness is about 1e-4 (normal tails)
     assert z < 5.5, z
@@ -200,12 +200,12 @@ def test_controller_drives_act_variance_to_tau():
 
     weights = [m.weight for m in model.modules() if isinstance(m, SampledLinear)]
     ratios, ss = [], []
-    for t in range(50):
+    for t in range(36):
         logs = ctl.step(loss_fn, [data[(2 * t) % 8], data[(2 * t + 1) % 8]], weights)
         ratios.append(logs["act_ratio"])
         ss.append(ctl.s)
     # s walks down while V_act < τ·V_sgd and back up when above: late on it brackets τ
-    late = torch.tensor(ratios[20:])
+    late = torch.tensor(ratios[16:])
     assert min(ss) < 1 and 0.2 < float((late > 0.05).float().mean()) < 0.8, ratios
     assert float(late.max()) < 4 * 0.05, ratios
     assert all(a <= b for a, b in zip(state.rho, state.rho[1:])), "ρ must not decrease with depth"
@@ -344,6 +344,6 @@ def test_hf_bert_layers_are_wrapped_and_unbiased():
         return torch.cat([x.flatten() for x in torch.autograd.grad(loss, ps)])
 
     exact = g(exact_model)
-    samples = torch.stack([g(model) for _ in range(300)])
+    samples = torch.stack([g(model) for _ in range(150)])
     z, _ = max_z(samples, exact)
     assert z < 5.5, z
