@@ -26,13 +26,13 @@ def take(inputs, idx):
 
 
 class Sampled(nn.Module):
-    """mode: exact (plain autograd) | vcas | ub (a uniform subset of each batch) | sb (selective
-    backprop: the samples with the largest loss). UB and SB keep as many samples as spend
-    `budget` × exact training's FLOPs (UB: k/N; SB: its selection forward F/(F+B) plus k/N)."""
+    """mode: exact (plain autograd) | vcas | ub (upper-bound importance sampling of samples) | sb
+    (selective backprop: the samples with the largest loss). UB and SB train on as many samples
+    as spend `budget` × exact training's FLOPs, their selection forward included."""
 
     def __init__(self, net: nn.Module, blocks: nn.Module, mode: str = "vcas", every: int = 100, m: int = 2,
                  act_var_tau: float = 0.025, w_var_tau: float = 0.025, s_step: float = 0.01,
-                 w_ratio_mul: float = 0.95, nu_min: float = 0.05, sched_decay: float = 0.6, budget: float = 1 / 3):
+                 w_ratio_mul: float = 0.95, nu_min: float = 0.05, sched_decay: float = 0.6, budget: float = 0.6):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got '{mode}'")
@@ -141,22 +141,31 @@ class Sampled(nn.Module):
         return [s / max(c, 1) for s, c in zip(sums, counts)]
 
     def _drop_step(self, batch, fwd: float, bwd: float):
+        """Both baselines forward the whole batch without a graph, then train on k of its N
+        samples: N·F + k·(F + B) FLOPs, so k/N = budget − F/(F + B).
+        UB (Katharopoulos & Fleuret, 2018): k draws with replacement, p_i ∝ ‖softmax(z_i) − e_{y_i}‖
+        (the gradient norm at the logits, their upper bound), each loss weighted 1/(N·p_i): unbiased.
+        SB (selective backprop, Jiang et al., 2019): the k samples with the largest loss: biased."""
         inputs, labels = batch
         n = len(labels)
-        if self.mode == "ub":      # a uniform subset: its mean loss is unbiased for the batch's
-            k = max(1, round(n * self.budget))
-            idx = torch.randperm(n, device=labels.device)[:k]
-            return self.loss((take(inputs, idx), labels[idx])), k * (fwd + bwd), {}
         keep = self.budget - fwd / (fwd + bwd)
         if keep <= 0:
-            raise ValueError(f"budget {self.budget} does not cover SB's selection forward ({fwd / (fwd + bwd):.3f} "
-                             f"of a step)")
+            raise ValueError(f"budget {self.budget} does not cover the selection forward of {self.mode.upper()} "
+                             f"({fwd / (fwd + bwd):.3f} of a step)")
         k = max(1, round(n * keep))
         with torch.no_grad():
-            per_sample = self.loss(batch, reduction="none")
-        idx = per_sample.topk(k).indices
-        # logged as "loss" (it overrides the trainer's value): the full batch's loss, free here
-        return self.loss((take(inputs, idx), labels[idx])), n * fwd + k * (fwd + bwd), {"loss": per_sample.mean()}
+            logits = self.net(inputs)                                    # (N, classes)
+            per_sample = F.cross_entropy(logits, labels, reduction="none")
+        if self.mode == "ub":
+            bound = (logits.softmax(-1) - F.one_hot(labels, logits.shape[-1])).norm(dim=1)
+            p = bound / bound.sum()
+            idx = torch.multinomial(p, k, replacement=True)
+            loss = (self.loss((take(inputs, idx), labels[idx]), reduction="none") / (n * p[idx])).mean()
+        else:
+            idx = per_sample.topk(k).indices
+            loss = self.loss((take(inputs, idx), labels[idx]))
+        # logged as "loss" (it overrides the trainer's value): the whole batch's loss, free here
+        return loss, n * fwd + k * (fwd + bwd), {"loss": per_sample.mean()}
 
     def flops_reduction(self) -> dict[str, float]:
         """Percent of exact training's FLOPs saved, everything counted; and by the official bookkeeping."""
