@@ -63,7 +63,7 @@ def main() -> None:
 
             entries = plan(args.budget_min)
             print(describe(entries, args.budget_min))
-            return run_plan(entries) if args.ci else 0
+            return run_plan(entries, args.budget_min) if args.ci else 0
         if args.dry_run or args.gpu_smoke:
             from common.reproduce.paper import dry_run, gpu_smoke
 

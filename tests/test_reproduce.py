@@ -89,6 +89,22 @@ def test_ci_plan_requires_only_stale_tables_and_rotates_the_oldest(monkeypatch):
     assert "Estimated 32.0 min for 3 tables" in ci.describe(entries, 32.0)
 
 
+def test_ci_plan_runs_the_cheapest_stale_tables_first_and_defers_what_does_not_fit(monkeypatch):
+    current = {m: {"code": m, "settings": "s", "env": {}} for m in ("a", "b", "c")}
+    recorded = {"a": (None, 20.0, "never"), "b": ({"code": "OLD", "settings": "s", "env": {}}, 5.0, "x"),
+                "c": ({"code": "OLD", "settings": "s", "env": {}}, 12.0, "x")}
+    monkeypatch.setattr(ci, "headline_methods", lambda tier="mini": sorted(current))
+    monkeypatch.setattr(ci, "_recorded", lambda m, tier: recorded[m])
+    monkeypatch.setattr(ci, "table_fingerprint", lambda m, e: current[m])
+    entries = ci.plan(budget_min=20.0)
+    assert [(e.method, e.deferred) for e in entries] == [("b", False), ("c", False), ("a", True)]
+    text = ci.describe(entries, 20.0)
+    assert "Estimated 17.0 min for 2 tables" in text and "not re-checked: a" in text
+    ran = []
+    monkeypatch.setattr("common.reproduce.reproduce", lambda m, *a, **k: ran.append(m) or 0)
+    assert ci.run_plan(entries, budget_min=20.0) == 0 and ran == ["b", "c"]
+
+
 def test_one_run_may_report_several_rows():
     from common.reproduce.tables import expand_rows
 
@@ -99,3 +115,20 @@ def test_one_run_may_report_several_rows():
     assert out["posterior_mean"][0]["nmse"] == 0.05 and out["all"][0]["steps"] == 3.0
     two = expand_rows({"a": [{"seed": 0, "x/m": 1.0}], "b": [{"seed": 0, "x/m": 2.0}]})
     assert set(two) == {"a_x", "b_x"}
+
+
+def test_a_cached_run_is_reused_only_with_the_same_settings_and_code(tmp_path):
+    import json
+
+    from omegaconf import OmegaConf
+
+    from common.reproduce.tables import _cached
+
+    cfg = OmegaConf.create({"run_dir": str(tmp_path), "seed": 0, "method": {"lr": 0.1}, "claims": []})
+    OmegaConf.save(cfg, tmp_path / "config.yaml")
+    (tmp_path / "metrics.json").write_text(json.dumps({"acc": 0.5}))
+    (tmp_path / "timing.json").write_text(json.dumps({"wall_s": 2.0, "cpu_s": 3.0, "code": "abc"}))
+    assert _cached(cfg, "abc") == ({"acc": 0.5}, 2.0, 3.0)
+    assert _cached(cfg, "changed") is None                        # the method's code moved: run again
+    assert _cached(OmegaConf.merge(cfg, {"method": {"lr": 0.2}}), "abc") is None
+    assert _cached(OmegaConf.merge(cfg, {"claims": ["x"]}), "abc") is not None   # claims are not run settings

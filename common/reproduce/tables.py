@@ -1,5 +1,5 @@
 """Running a table: every row x seed of an experiment config, reusing runs whose resolved
-settings are unchanged (an interrupted reproduction resumes), then judging its claims."""
+settings and code are unchanged (an interrupted reproduction resumes), then judging its claims."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from common.config import CONFIG_DIR, UserError
 from common.reproduce.claims import MIN_SEEDS, judge
+from common.reproduce.fingerprint import code_hash
 from common.reproduce.record import RUN_INFO, TableResult
 from common.runner import run_method
 
@@ -38,15 +39,18 @@ def run_settings(cfg) -> dict:
     return {k: v for k, v in settings.items() if k not in _NOT_RUN_SETTINGS}
 
 
-def _cached(cfg) -> tuple[dict, float | None, float | None] | None:
-    """(metrics, wall seconds, CPU seconds) of an earlier run with the same resolved run settings (editing a
-    claim or the paper's numbers does not invalidate runs)."""
+def _cached(cfg, code: str) -> tuple[dict, float | None, float | None] | None:
+    """(metrics, wall seconds, CPU seconds) of an earlier run with the same resolved run settings and
+    the same code hash (editing a claim or the paper's numbers does not invalidate runs; editing the
+    method or a `common/` module it imports does)."""
     run_dir = Path(cfg.run_dir)
     try:
         if run_settings(OmegaConf.load(run_dir / "config.yaml")) != run_settings(cfg):
             return None
+        timing = json.loads((run_dir / "timing.json").read_text())
+        if timing.get("code") != code:
+            return None
         metrics = json.loads((run_dir / "metrics.json").read_text())
-        timing = json.loads((run_dir / "timing.json").read_text()) if (run_dir / "timing.json").exists() else {}
         return metrics, timing.get("wall_s"), timing.get("cpu_s")
     except (OSError, KeyError, ValueError):
         return None
@@ -99,17 +103,18 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
     held_out = seeds is not None
     seeds = list(seeds) if held_out else list(base.table.seeds)
     check_seeds(experiment, base, seeds, held_out)
+    code = code_hash(base.method.name)[0]
     runs: dict[str, list[dict]] = {}
     for row, row_overrides in base.table.rows.items():
         for seed in seeds:
             cfg = compose("train", overrides=[f"experiment={experiment}", *row_overrides, *extra,
                                               f"seed={seed}", f"run_name={experiment}/{row}"])
-            hit = None if fresh else _cached(cfg)
+            hit = None if fresh else _cached(cfg, code)
             if hit is None:
                 start, cpu_start = time.perf_counter(), time.process_time()
                 metrics = run_method(cfg)
                 wall, cpu, status = time.perf_counter() - start, time.process_time() - cpu_start, "ran"
-                (Path(cfg.run_dir) / "timing.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu}) + "\n")
+                (Path(cfg.run_dir) / "timing.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu, "code": code}) + "\n")
             else:
                 (metrics, wall, cpu), status = hit, "cached"
             log(f"[{experiment}] {row} seed={seed} ({status}{f', {wall:.0f} s' if wall else ''}): "
