@@ -5,9 +5,24 @@ import statistics
 import time
 from pathlib import Path
 
+import torch
+
 from common import results
 
 OUT = Path(__file__).resolve().parent / "results"
+
+
+def saved_bytes(fn) -> int:
+    """Bytes of the distinct tensors autograd saves for backward while fn() runs (the activation
+    memory of a loss, measured the same on CPU and GPU)."""
+    seen = {}
+
+    def pack(t):
+        seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
 
 
 def timed(fn, repeats: int) -> list[float]:

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.common_bench import interleaved, save  # noqa: E402
+from benchmarks.common_bench import interleaved, save, saved_bytes  # noqa: E402
 from common.ssl import info_nce  # noqa: E402
 from methods.kernel_infonce import KERNELS, kernel_infonce  # noqa: E402
 
@@ -30,17 +30,6 @@ def official_form(z1: torch.Tensor, z2: torch.Tensor, temperature: float, gamma:
     neg = torch.clamp(sim.sum(dim=-1) - sim.diag(), min=1e-6)
     pos = torch.exp(-torch.norm(z1 - z2, dim=-1).pow(gamma) / temperature).repeat(2)
     return -torch.log(pos / (neg + 1e-6)).mean()
-
-
-def saved_bytes(fn) -> int:
-    seen = {}
-
-    def pack(t):
-        seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
 
 
 def fwd_bwd(loss_fn, z1, z2):

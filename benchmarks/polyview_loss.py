@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.common_bench import interleaved, save  # noqa: E402
+from benchmarks.common_bench import interleaved, save, saved_bytes  # noqa: E402
 from common.nn.backbones import SmallCNN  # noqa: E402
 from methods.polyview import LOSSES, PolyView, poly_view_loss  # noqa: E402
 
@@ -39,18 +39,6 @@ def pair_loop_geometric(z: torch.Tensor, temperature: float) -> torch.Tensor:
                 losses.append(F.cross_entropy(logits.masked_fill(mask, float("-inf")).reshape(n, m * n),
                                               targets + b * n))
     return torch.stack(losses).mean()
-
-
-def saved_bytes(fn) -> int:
-    """Bytes of the distinct tensors autograd saves for backward while fn() runs."""
-    seen = {}
-
-    def pack(t):
-        seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
-        return t
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
 
 
 def fwd_bwd(loss_fn, z):

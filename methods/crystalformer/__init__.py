@@ -33,10 +33,12 @@ def mae(model, crystals) -> float:
     return float((predict(model, crystals) - y).abs().mean())
 
 
-def build(cfg) -> Crystalformer:
+def build(cfg, kernels: str = "reference") -> Crystalformer:
+    """The model of `cfg.method.model`; `kernels` (a run passes hardware.kernels) chooses the
+    attention implementation: reference | triton | auto (common/kernels)."""
     if cfg.method.mode == "mean":
         raise UserError("method.mode=mean is the mean predictor: it has no model to build", exit_code=2)
-    return instantiate(cfg.method.model)
+    return instantiate(cfg.method.model, kernels=kernels)
 
 
 def run(cfg, ctx) -> dict[str, float]:
@@ -52,7 +54,7 @@ def run(cfg, ctx) -> dict[str, float]:
         mean = float(y.mean())
         return {f"{k}_mae": float((torch.tensor([c["target"] for c in s]) - mean).abs().mean())
                 for k, s in (("val", val), ("test", test))}
-    model = build(cfg)
+    model = build(cfg, ctx.hw.kernels)
     model.y_mean.fill_(float(y.mean()))
     model.y_std.fill_(float(y.std()))
     callbacks, final = [], None

@@ -24,37 +24,26 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from common.kernels import resolve_impl
+from common.kernels.periodic_attention import periodic_attention
+from common.kernels.periodic_attention.reference import group_softmax, rbf
+
 MODES = ("full", "simplified", "cutoff")
-
-
-def rbf(r: torch.Tensor, n: int, r_max: float) -> torch.Tensor:
-    """n Gaussian radial basis functions with centres on [0, r_max] and width the spacing."""
-    mu = torch.linspace(0, r_max, n, device=r.device, dtype=r.dtype)
-    delta = r_max / (n - 1)
-    return torch.exp(-((r.unsqueeze(-1) - mu) ** 2) / (2 * delta**2))
 
 
 def shifted_elu(x: torch.Tensor, a: float, b: float) -> torch.Tensor:
     return (1 - b) * F.elu(a * x / (1 - b)) + 1
 
 
-def group_softmax(scores: torch.Tensor, group: torch.Tensor, n_groups: int) -> torch.Tensor:
-    """Softmax of `scores` (E, H) within each group of rows (`group`: (E,) ids)."""
-    H = scores.shape[1]
-    idx = group[:, None].expand(-1, H)
-    top = scores.new_full((n_groups, H), float("-inf")).scatter_reduce(0, idx, scores, "amax")
-    ex = (scores - top[group]).exp()
-    return ex / ex.new_zeros((n_groups, H)).index_add(0, group, ex)[group]
-
-
 class PeriodicAttention(nn.Module):
     def __init__(self, dim: int, heads: int, mode: str = "full", n_rbf: int = 64, r_max: float = 14.0,
-                 r0: float = 1.4, a: float = 0.1, b: float = 0.5, chunk: int = 32768):
+                 r0: float = 1.4, a: float = 0.1, b: float = 0.5, chunk: int = 32768, kernels: str = "reference"):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got '{mode}'")
         self.dim, self.heads, self.dk, self.mode = dim, heads, dim // heads, mode
         self.n_rbf, self.r_max, self.r0, self.a, self.b, self.chunk = n_rbf, r_max, r0, a, b, chunk
+        self.kernels = kernels   # hardware.kernels: the fused Triton attention where it resolves to Triton
         self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
         self.out = nn.Linear(dim, dim)
         if mode != "cutoff":
@@ -83,6 +72,11 @@ class PeriodicAttention(nn.Module):
         key atom `dst`, squared distance `r2` (E,). Returns (atoms, D)."""
         A = x.shape[0]
         q, k, v = (f(x).view(A, self.heads, self.dk) for f in (self.q, self.k, self.v))
+        if self.mode != "cutoff" and resolve_impl(self.kernels, x.device) == "triton":
+            # the same softmax over images, fused: no (E, H, d) tensor (common/kernels/periodic_attention)
+            y = periodic_attention(q, k, v, self.inv_sigma2(q), src, dst, r2, getattr(self, "W_E", None),
+                                   r_max=self.r_max, impl="triton")
+            return self.out(y.reshape(A, self.dim))
         score = (q[src] * k[dst]).sum(-1) / math.sqrt(self.dk)                   # (E, H)
         if self.mode == "cutoff":
             score = score + rbf(r2.sqrt(), self.n_rbf, self.r_max) @ self.phi.t()  # learned distance bias

@@ -91,12 +91,12 @@ class Crystalformer(nn.Module):
 
     def __init__(self, dim: int = 128, depth: int = 4, heads: int = 8, ffn: int = 512, mode: str = "full",
                  n_rbf: int = 64, r_max: float = 14.0, r0: float = 1.4, a: float = 0.1, b: float = 0.5,
-                 cover_sigmas: float = 3.5, cutoff: float = 5.0):
+                 cover_sigmas: float = 3.5, cutoff: float = 5.0, kernels: str = "reference"):
         super().__init__()
         self.mode, self.cover, self.cutoff = mode, cover_sigmas, cutoff
         self.sigma_max = r0 / math.sqrt(b)     # ρ ≥ b, so σ ≤ r₀/√b: the widest Gaussian
         self.embed = nn.Embedding(119, dim)
-        kw = dict(mode=mode, n_rbf=n_rbf, r_max=r_max, r0=r0, a=a, b=b)
+        kw = dict(mode=mode, n_rbf=n_rbf, r_max=r_max, r0=r0, a=a, b=b, kernels=kernels)
         self.blocks = nn.ModuleList(Block(dim, heads, ffn, kw) for _ in range(depth))
         self.head = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, 1))
         self.register_buffer("y_mean", torch.zeros(()))

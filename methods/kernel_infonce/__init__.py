@@ -1,11 +1,10 @@
 """Kernel-InfoNCE: contrastive learning is spectral clustering on the similarity graph (ICLR 2024). See README.md."""
 from __future__ import annotations
 
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from common import data, tasks
-from common.config import UserError
+from common.instantiate import instantiate_checked
 from methods.kernel_infonce.loss import KERNELS, kernel_infonce, kernel_loss_sum, log_kernel, squared_distances
 from methods.kernel_infonce.model import OBJECTIVES, KernelInfoNCE
 
@@ -15,12 +14,7 @@ def build(cfg) -> KernelInfoNCE:
     A bad kernel argument (unknown kernel, gamma outside (0, 2], odd proj_dim for concat_sum, a
     key the kernel does not read) is a config error naming it."""
     encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
-    try:
-        return instantiate(cfg.method.model, encoder=encoder, feat_dim=feat_dim)
-    except InstantiationException as err:
-        if isinstance(err.__cause__, ValueError):
-            raise UserError(f"method.model: {err.__cause__}", exit_code=2) from err
-        raise
+    return instantiate_checked(cfg.method.model, "method.model", encoder=encoder, feat_dim=feat_dim)
 
 
 def run(cfg, ctx) -> dict[str, float]:

@@ -1,11 +1,10 @@
 """Poly-view contrastive learning (Shidani et al., ICLR 2024). See README.md."""
 from __future__ import annotations
 
-from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from common import data, tasks
-from common.config import UserError
+from common.instantiate import instantiate_checked
 from methods.polyview.loss import (LOSSES, arithmetic_pvc, geometric_pvc, multi_crop, pair_log_likelihoods,
                                    poly_view_loss, sufficient_statistics)
 from methods.polyview.model import PolyView
@@ -16,12 +15,7 @@ def build(cfg) -> PolyView:
     """The model from the config alone (no data): encoder + projector, M views, the chosen loss.
     A bad model argument (views < 2, an unknown loss) is a config error naming it."""
     encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
-    try:
-        return instantiate(cfg.method.model, encoder=encoder, feat_dim=feat_dim)
-    except InstantiationException as err:
-        if isinstance(err.__cause__, ValueError):
-            raise UserError(f"method.model: {err.__cause__}", exit_code=2) from err
-        raise
+    return instantiate_checked(cfg.method.model, "method.model", encoder=encoder, feat_dim=feat_dim)
 
 
 def run(cfg, ctx) -> dict[str, float]:
