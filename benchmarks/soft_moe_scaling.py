@@ -2,7 +2,7 @@
 number of experts grows, and a naive per-expert Python loop for comparison; then our Soft MoE
 layer beside the PyTorch peer implementation `soft-moe-pytorch` (lucidrains), same shapes.
 
-    python benchmarks/soft_moe_scaling.py [--quick]  -> tables + benchmarks/results/soft_moe_scaling.{json,png}
+    python benchmarks/soft_moe_scaling.py [--quick | --peer-only]  -> tables + benchmarks/results/soft_moe_scaling.{json,png}
 
 Matched FLOPs: 256 tokens (32x32 image, patch 2) and n·p = 256 slots for every n, so each
 MoE layer runs 256 expert-MLP applications per image, as the dense MLP does. Peak memory is
@@ -126,7 +126,7 @@ def peer_table(rows: dict, shape, device: str) -> list[str]:
                      f"{r['peer_over_ours']:.2f} |")
     from importlib.metadata import version
 
-    return lines + ["", f"One Soft MoE layer on {device}, B = {b}, {m} tokens, d = {d}, n·p = {m} slots, "
+    return lines + ["", f"One Soft MoE layer on {device} ({torch.get_num_threads()} thread(s)), B = {b}, {m} tokens, d = {d}, n·p = {m} slots, "
                         f"forward + backward, median of interleaved repeats; soft-moe-pytorch {version('soft-moe-pytorch')} "
                         "loops over experts in Python (and normalises tokens and slots with RMSNorm)."]
 
@@ -142,11 +142,16 @@ def main():
         rows = peer_rows((1, 4), (2, 16, 32), 2, device)
         print("\n".join(peer_table(rows, (2, 16, 32), device)))
         return
-    rows = {}
     configs = [("dense", 1)] + [(k, n) for n in EXPERTS for k in ("soft", "loop")]
-    for kind, n in configs:
-        proc = subprocess.run([sys.executable, __file__, "--one", kind, str(n)], capture_output=True, text=True, check=True)
-        rows[f"{kind}_{n}"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "--peer-only" in sys.argv[1:]:   # re-measure the peer comparison; keep the recorded scaling rows
+        recorded = json.loads((OUT / "soft_moe_scaling.json").read_text())
+        rows, measured = recorded["rows"], recorded["provenance"]["time"][:10]
+    else:
+        rows, measured = {}, None
+        for kind, n in configs:
+            proc = subprocess.run([sys.executable, __file__, "--one", kind, str(n)], capture_output=True, text=True,
+                                  check=True)
+            rows[f"{kind}_{n}"] = json.loads(proc.stdout.strip().splitlines()[-1])
     dense = rows["dense_1"]
     lines = ["| model | experts | params (M) | images/s | vs dense | peak MB | vs dense |", "|---|---|---|---|---|---|---|",
              f"| dense ViT | - | {dense['params_m']:.2f} | {dense['images_per_s']:.1f} | 1.00 | {dense['peak_mb']:.0f} | 1.00 |"]
@@ -159,14 +164,16 @@ def main():
                      f"{r['peak_mb']:.0f} | {r['memory_ratio']:.2f} |")
     lines += ["", f"Training throughput on {device}, batch {BATCH}, {TOKENS} tokens (32x32, patch 2), width 128, "
               f"4 blocks with MoE in 2, slots = tokens for every n (matched FLOPs); mean of {STEPS} steps; "
-              "peak MB is the process's peak RSS on CPU.", "", "![throughput ratio](../../benchmarks/results/soft_moe_scaling.png)"]
+              "peak MB is the process's peak RSS on CPU" + (f" (measured {measured})." if measured else "."),
+              "", "![throughput ratio](../../benchmarks/results/soft_moe_scaling.png)"]
     peers = peer_rows(PEER_EXPERTS, PEER_SHAPE, PEER_REPEATS, device)
     lines += ["", *peer_table(peers, PEER_SHAPE, device)]
     table = "\n".join(lines)
     print(table)
     plot(rows)
     save("soft_moe_scaling", {"rows": rows, "peer": peers, "device": device, "batch": BATCH, "tokens": TOKENS,
-                              "steps": STEPS, "peer_shape": PEER_SHAPE, "peer_repeats": PEER_REPEATS}, table)
+                              "steps": STEPS, "peer_shape": PEER_SHAPE, "peer_repeats": PEER_REPEATS,
+                              "scaling_measured": measured or "this run"}, table)
 
 
 def plot(rows):
