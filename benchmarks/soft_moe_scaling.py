@@ -1,11 +1,14 @@
 """Throughput and peak memory of a ViT with Soft MoE vs the dense ViT at matched FLOPs, as the
-number of experts grows, and a naive per-expert Python loop for comparison.
+number of experts grows, and a naive per-expert Python loop for comparison; then our Soft MoE
+layer beside the PyTorch peer implementation `soft-moe-pytorch` (lucidrains), same shapes.
 
-    python benchmarks/soft_moe_scaling.py  -> table + benchmarks/results/soft_moe_scaling.{json,png}
+    python benchmarks/soft_moe_scaling.py [--quick | --peer-only]  -> tables + benchmarks/results/soft_moe_scaling.{json,png}
 
 Matched FLOPs: 256 tokens (32x32 image, patch 2) and n·p = 256 slots for every n, so each
 MoE layer runs 256 expert-MLP applications per image, as the dense MLP does. Peak memory is
 the peak RSS of a fresh subprocess per configuration (CPU) or max_memory_allocated (CUDA).
+The peer comparison times forward + backward of one layer (B = 16, 196 tokens, d = 192,
+n·p = 196 slots) for both implementations in one process, interleaved (median of repeats).
 """
 import json
 import subprocess
@@ -24,6 +27,7 @@ from methods.soft_moe import MoEViT, SoftMoE  # noqa: E402
 
 EXPERTS = (1, 4, 16, 64, 256)
 TOKENS, BATCH, STEPS = 256, 32, 5
+PEER_EXPERTS, PEER_SHAPE, PEER_REPEATS = (1, 4, 14, 49, 196), (16, 196, 192), 5   # (B, m, d); n·p = m
 
 
 def vit_kwargs(router: str, experts: int) -> dict:
@@ -87,15 +91,67 @@ def measure(kind: str, experts: int, device: str) -> dict:
     return out
 
 
+def peer_rows(experts, shape, repeats: int, device: str) -> dict:
+    """Forward + backward seconds of our SoftMoE and soft_moe_pytorch.SoftMoE at the same shapes."""
+    from soft_moe_pytorch import SoftMoE as PeerSoftMoE
+
+    from benchmarks.common_bench import interleaved
+
+    b, m, d = shape
+    rows = {}
+    for n in experts:
+        torch.manual_seed(0)
+        ours = SoftMoE(d, n, m // n, 4 * d).to(device)
+        peer = PeerSoftMoE(d, num_experts=n, num_slots=m // n, expert_mult=4,
+                           offload_unused_experts_to_cpu=False).to(device)
+        x = torch.randn(b, m, d, device=device, requires_grad=True)
+
+        def fwd_bwd(layer):
+            def go():
+                layer(x).sum().backward()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+            return go
+        secs = interleaved({"ours": fwd_bwd(ours), "peer": fwd_bwd(peer)}, repeats)
+        rows[f"peer_{n}"] = {"experts": n, "slots_per_expert": m // n, "ours_ms": 1e3 * secs["ours"],
+                             "peer_ms": 1e3 * secs["peer"], "peer_over_ours": secs["peer"] / secs["ours"]}
+    return rows
+
+
+def peer_table(rows: dict, shape, device: str) -> list[str]:
+    b, m, d = shape
+    lines = ["| experts × slots | ours fwd+bwd (ms) | soft-moe-pytorch (ms) | peer / ours |", "|---|---|---|---|"]
+    for r in rows.values():
+        lines.append(f"| {r['experts']} × {r['slots_per_expert']} | {r['ours_ms']:.1f} | {r['peer_ms']:.1f} | "
+                     f"{r['peer_over_ours']:.2f} |")
+    from importlib.metadata import version
+
+    return lines + ["", f"One Soft MoE layer on {device} ({torch.get_num_threads()} thread(s)), B = {b}, {m} tokens, d = {d}, n·p = {m} slots, "
+                        f"forward + backward, median of interleaved repeats; soft-moe-pytorch {version('soft-moe-pytorch')} "
+                        "loops over experts in Python (and normalises tokens and slots with RMSNorm)."]
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--one":  # child process: one configuration
         print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), "cuda" if torch.cuda.is_available() else "cpu")))
         return
-    rows = {}
+    quick = "--quick" in sys.argv[1:]   # a check that the script runs: small sizes, nothing written
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if quick:
+        torch.set_num_threads(1)
+        rows = peer_rows((1, 4), (2, 16, 32), 2, device)
+        print("\n".join(peer_table(rows, (2, 16, 32), device)))
+        return
     configs = [("dense", 1)] + [(k, n) for n in EXPERTS for k in ("soft", "loop")]
-    for kind, n in configs:
-        proc = subprocess.run([sys.executable, __file__, "--one", kind, str(n)], capture_output=True, text=True, check=True)
-        rows[f"{kind}_{n}"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "--peer-only" in sys.argv[1:]:   # re-measure the peer comparison; keep the recorded scaling rows
+        recorded = json.loads((OUT / "soft_moe_scaling.json").read_text())
+        rows, measured = recorded["rows"], recorded["provenance"]["time"][:10]
+    else:
+        rows, measured = {}, None
+        for kind, n in configs:
+            proc = subprocess.run([sys.executable, __file__, "--one", kind, str(n)], capture_output=True, text=True,
+                                  check=True)
+            rows[f"{kind}_{n}"] = json.loads(proc.stdout.strip().splitlines()[-1])
     dense = rows["dense_1"]
     lines = ["| model | experts | params (M) | images/s | vs dense | peak MB | vs dense |", "|---|---|---|---|---|---|---|",
              f"| dense ViT | - | {dense['params_m']:.2f} | {dense['images_per_s']:.1f} | 1.00 | {dense['peak_mb']:.0f} | 1.00 |"]
@@ -106,14 +162,18 @@ def main():
         name = "Soft MoE (einsum)" if kind == "soft" else "Soft MoE (loop over experts)"
         lines.append(f"| {name} | {n} | {r['params_m']:.2f} | {r['images_per_s']:.1f} | {r['throughput_ratio']:.2f} | "
                      f"{r['peak_mb']:.0f} | {r['memory_ratio']:.2f} |")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     lines += ["", f"Training throughput on {device}, batch {BATCH}, {TOKENS} tokens (32x32, patch 2), width 128, "
               f"4 blocks with MoE in 2, slots = tokens for every n (matched FLOPs); mean of {STEPS} steps; "
-              "peak MB is the process's peak RSS on CPU.", "", "![throughput ratio](../../benchmarks/results/soft_moe_scaling.png)"]
+              "peak MB is the process's peak RSS on CPU" + (f" (measured {measured})." if measured else "."),
+              "", "![throughput ratio](../../benchmarks/results/soft_moe_scaling.png)"]
+    peers = peer_rows(PEER_EXPERTS, PEER_SHAPE, PEER_REPEATS, device)
+    lines += ["", *peer_table(peers, PEER_SHAPE, device)]
     table = "\n".join(lines)
     print(table)
     plot(rows)
-    save("soft_moe_scaling", {"rows": rows, "device": device, "batch": BATCH, "tokens": TOKENS, "steps": STEPS}, table)
+    save("soft_moe_scaling", {"rows": rows, "peer": peers, "device": device, "batch": BATCH, "tokens": TOKENS,
+                              "steps": STEPS, "peer_shape": PEER_SHAPE, "peer_repeats": PEER_REPEATS,
+                              "scaling_measured": measured or "this run"}, table)
 
 
 def plot(rows):

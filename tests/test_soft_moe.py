@@ -1,11 +1,17 @@
 """Soft MoE: the layer against explicit loops, its three properties, and every router's shapes."""
 import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from methods.soft_moe import ROUTERS, ExpertsChoice, MoEViT, SoftMoE, TokensChoice
+from methods.soft_moe import ROUTERS, ExpertsChoice, MoEViT, SoftMoE, TokensChoice, normalised_entropy
+from tests.conftest import ROOT, needs_fashion
 
 
 def slow_soft_moe(layer: SoftMoE, x: torch.Tensor) -> torch.Tensor:
@@ -124,3 +130,133 @@ def test_every_router_in_the_vit(router):
     loss.backward()
     assert model(images).shape == (3, 10) and torch.isfinite(loss)
     assert ("dropped" in logs) == (router in ("tokens_choice", "experts_choice"))
+
+
+def test_normalised_entropy_by_hand():
+    w = torch.tensor([[[0.5, 1.0, 0.2], [0.5, 0.0, 0.8]]])            # (1, m=2, s=3); columns sum to 1
+    per_slot = [-(0.5 * math.log(0.5)) * 2, 0.0, -(0.2 * math.log(0.2) + 0.8 * math.log(0.8))]
+    assert normalised_entropy(w, axis=1).item() == pytest.approx(sum(per_slot) / 3 / math.log(2), rel=1e-6)
+    rows = torch.tensor([[[0.25, 0.25, 0.5], [1.0, 0.0, 0.0]]])       # rows sum to 1
+    h0 = -(2 * 0.25 * math.log(0.25) + 0.5 * math.log(0.5))
+    assert normalised_entropy(rows, axis=2).item() == pytest.approx(h0 / 2 / math.log(3), rel=1e-6)
+    assert normalised_entropy(torch.full((2, 4, 5), 0.25), axis=1).item() == pytest.approx(1.0)
+
+
+def test_scale_init_sqrt_d_gives_algorithm_1_logits_at_init():
+    """Algorithm 1's logits X·Φ, with LayerNorm'd tokens (norm √d) and unit columns of Φ, equal the
+    normalised logits with scale √d."""
+    torch.manual_seed(0)
+    d = 16
+    layer = SoftMoE(dim=d, num_experts=4, slots_per_expert=2, scale_init=math.sqrt(d)).double()
+    x = F.layer_norm(torch.randn(3, 5, d, dtype=torch.float64), (d,), eps=0.0)   # rows of norm √d
+    dispatch, combine = layer.weights(x)
+    logits = x @ (layer.phi / layer.phi.norm(dim=0))
+    torch.testing.assert_close(dispatch, logits.softmax(1))
+    torch.testing.assert_close(combine, logits.softmax(2))
+
+
+@pytest.mark.parametrize("cls", [TokensChoice, ExpertsChoice])
+def test_routing_groups_route_the_images_tokens_together(cls):
+    """group_size = g routes g images' tokens as one sequence: the same as group_size 1 on the
+    concatenated tokens; a batch that is not a multiple of g routes its rest as one smaller group."""
+    torch.manual_seed(0)
+    grouped = cls(dim=6, num_experts=4, capacity_factor=1.0, hidden_dim=5, group_size=3)
+    single = cls(dim=6, num_experts=4, capacity_factor=1.0, hidden_dim=5, group_size=1)
+    single.load_state_dict(grouped.state_dict())
+    x = torch.randn(8, 4, 6)                                          # 2 groups of 3 images, then 2 images
+    y = grouped(x)
+    by_hand = torch.cat([single(x[:6].reshape(2, 12, 6)).reshape(6, 4, 6), single(x[6:].reshape(1, 8, 6)).reshape(2, 4, 6)])
+    torch.testing.assert_close(y, by_hand)
+    torch.testing.assert_close(single(x), torch.cat([single(x[i:i + 1]) for i in range(8)]))   # group 1: image by image
+
+
+def test_bigger_groups_drop_fewer_tokens():
+    """16 tokens over 16 experts at capacity factor 1: one image per group gives each expert one
+    place and drops many tokens; 8 images per group pool the capacity (V-MoE's setting)."""
+    torch.manual_seed(0)
+    tc = TokensChoice(dim=8, num_experts=16, capacity_factor=1.0, group_size=1)
+    x = torch.randn(64, 16, 8)
+    tc(x)
+    dropped_single = tc.dropped.item()
+    tc.group_size = 8
+    tc(x)
+    assert dropped_single > 0.3 and tc.dropped.item() < dropped_single - 0.1
+
+
+def test_bad_group_size_and_kernels():
+    with pytest.raises(ValueError, match="group_size"):
+        TokensChoice(dim=4, num_experts=2, group_size=0)
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        SoftMoE(dim=4, num_experts=2, kernels="cuda")
+
+
+@pytest.mark.parametrize("router, entropy", [("soft", None), ("uniform", 1.0), ("identity", 0.0)])
+def test_routing_stats_per_block(router, entropy):
+    model = MoEViT(img_size=28, in_chans=1, num_classes=10, router=router, patch_size=7, dim=16, depth=3, heads=2,
+                   moe_blocks=2, num_experts=4, slots_per_expert=4, scale_init=2.5)
+    stats = model.routing_stats(torch.randint(0, 256, (5, 1, 28, 28), dtype=torch.uint8))
+    assert sorted(stats) == sorted(f"{k}_b{i}" for i in (1, 2) for k in ("scale", "dispatch_entropy", "combine_entropy"))
+    assert stats["scale_b1"] == pytest.approx(2.5)
+    for i in (1, 2):
+        for kind in ("dispatch", "combine"):
+            value = stats[f"{kind}_entropy_b{i}"]
+            assert value == pytest.approx(entropy, abs=1e-6) if entropy is not None else 0.0 < value < 1.0
+
+
+def test_validation_split_is_carved_from_train(monkeypatch):
+    """method.val_size = N: N train images held out (disjoint from what is trained on), test unread."""
+    from omegaconf import OmegaConf
+
+    import methods.soft_moe as sm
+
+    ids = torch.arange(50)
+    monkeypatch.setattr(sm.data, "image_splits", lambda ds: {"train": (ids.clone(), ids.clone()),
+                                                             "test": (-ids, -ids)})
+    cfg = OmegaConf.create({"dataset": {}, "method": {"val_size": 12}})
+    (tx, _), (vx, vy), split = sm.train_and_eval_splits(cfg)
+    assert split == "val" and len(vx) == 12 and len(tx) == 38
+    assert sorted(torch.cat([tx, vx]).tolist()) == list(range(50)) and torch.equal(vx, vy)
+    cfg.method.val_size = None
+    assert sm.train_and_eval_splits(cfg)[2] == "test"
+    cfg.method.val_size = 50
+    with pytest.raises(ValueError, match="val_size"):
+        sm.train_and_eval_splits(cfg)
+
+
+def test_triton_kernel_path_equals_the_layer():
+    """kernels="triton" (fused routing, Triton's CPU interpreter here) gives the reference
+    layer's output and gradients."""
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available():   # before the first kernel import: triton.jit reads it then
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from common.kernels import interpreting
+
+    if not torch.cuda.is_available() and not interpreting():
+        pytest.skip("TRITON_INTERPRET is set to 0 here")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    ref = SoftMoE(dim=12, num_experts=3, slots_per_expert=2, hidden_dim=10).to(dev)
+    fused = SoftMoE(dim=12, num_experts=3, slots_per_expert=2, hidden_dim=10, kernels="triton").to(dev)
+    fused.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 7, 12, device=dev)
+    g = torch.randn(2, 7, 12, device=dev)
+    grads = [torch.autograd.grad((m(x) * g).sum(), [m.phi, m.scale, m.experts.w1]) for m in (ref, fused)]
+    torch.testing.assert_close(fused(x), ref(x), rtol=2e-5, atol=2e-5)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=2e-5, atol=2e-5)
+
+
+@needs_fashion
+def test_smoke_runs_on_the_triton_kernel(tmp_path):
+    """experiment=soft_moe_smoke with hardware.kernels=triton (Triton's CPU interpreter here): the
+    Soft MoE layers run the fused kernel, and the run reports what the reference run reports."""
+    pytest.importorskip("triton")
+    from tests.test_cli import GOLDEN, fingerprint_of
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "scripts/train.py", "experiment=soft_moe_smoke", "hardware.kernels=triton",
+                           f"run_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found, golden = fingerprint_of(tmp_path), json.loads((GOLDEN / "soft_moe_smoke.json").read_text())
+    assert found["losses"] == pytest.approx(golden["losses"], rel=1e-4)
+    assert found["metrics"]["test_acc"] == pytest.approx(golden["metrics"]["test_acc"], abs=100 / 128 + 1e-6)   # one image

@@ -10,6 +10,9 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import nn
 
+from common.kernels import IMPLS
+from common.kernels.soft_moe import soft_moe
+
 
 class Experts(nn.Module):
     """n two-layer GELU MLPs as batched weights: one einsum per layer, no loop over experts."""
@@ -37,16 +40,24 @@ class SoftMoE(nn.Module):
 
     `dispatch` / `combine` = "soft" (learned) or "uniform" give the Table 2 ablations;
     "identity" sends token i to slot i (needs m = n·p).
+
+    scale_init: the learned scale's start (official code: 1, so the logits start in [-1, 1] and
+    routing near uniform; √d gives Algorithm 1's un-normalised logits X·Φ at initialisation,
+    whose LayerNorm'd tokens have norm √d and LeCun-normal columns of Φ norm ≈ 1).
+    kernels: "reference" (this module's einsums) | "triton" | "auto": soft/soft routing through
+    common.kernels.soft_moe, the fused kernel (D and C never materialised).
     """
 
     def __init__(self, dim: int, num_experts: int, slots_per_expert: int = 1, hidden_dim: int | None = None,
-                 dispatch: str = "soft", combine: str = "soft"):
+                 dispatch: str = "soft", combine: str = "soft", scale_init: float = 1.0, kernels: str = "reference"):
         super().__init__()
+        if kernels not in IMPLS:
+            raise ValueError(f"kernels must be one of {IMPLS}, got '{kernels}'")
         self.n, self.p = num_experts, slots_per_expert
-        self.dispatch_kind, self.combine_kind = dispatch, combine
+        self.dispatch_kind, self.combine_kind, self.kernels = dispatch, combine, kernels
         slots = num_experts * slots_per_expert
         self.phi = nn.Parameter(torch.randn(dim, slots) / math.sqrt(dim))   # LeCun normal (fan-in d)
-        self.scale = nn.Parameter(torch.ones(()))
+        self.scale = nn.Parameter(torch.full((), float(scale_init)))
         self.experts = Experts(num_experts, dim, hidden_dim or 4 * dim)
 
     def weights(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,6 +67,9 @@ class SoftMoE(nn.Module):
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
         """x: (B, m, d) -> (B, m, d); with return_weights also (D, C), each (B, m, n·p)."""
+        if self.kernels != "reference" and not return_weights and self.dispatch_kind == self.combine_kind == "soft":
+            e = self.experts
+            return soft_moe(x, self.phi, self.scale, e.w1, e.b1, e.w2, e.b2, impl=self.kernels)
         dispatch, combine = self.weights(x)
         slots_in = einsum(dispatch, x, "b m s, b m d -> b s d")                        # X̃ = Dᵀ X
         slots_out = self.experts(rearrange(slots_in, "b (n p) d -> b n p d", n=self.n))
@@ -75,3 +89,14 @@ def _route(kind: str, logits: torch.Tensor, axis: int) -> torch.Tensor:
             raise ValueError(f"identity routing needs tokens == slots, got {m} tokens and {s} slots")
         return torch.eye(m, dtype=logits.dtype, device=logits.device).expand(b, m, s)
     raise ValueError(f"routing must be 'soft', 'uniform' or 'identity', got '{kind}'")
+
+
+def normalised_entropy(weights: torch.Tensor, axis: int) -> torch.Tensor:
+    """Mean entropy of the distributions along `axis` of (B, m, s) routing weights, over log of
+    their support: 1 = uniform, 0 = one-hot. axis 1: each slot's dispatch over tokens; axis 2:
+    each token's combine over slots."""
+    size = weights.shape[axis]
+    if size == 1:
+        return weights.new_zeros(())
+    entropy = -(weights * weights.clamp_min(1e-30).log()).sum(axis)
+    return entropy.mean() / math.log(size)

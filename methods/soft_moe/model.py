@@ -7,37 +7,42 @@ from torch import nn
 
 from common.data.transforms import to_signed
 from common.nn import build_vit
-from methods.soft_moe.layers import SoftMoE
+from methods.soft_moe.layers import SoftMoE, normalised_entropy
 from methods.soft_moe.routers import ExpertsChoice, SparseRouter, TokensChoice
 
 ROUTERS = ("dense", "soft", "soft_uniform", "uniform_soft", "uniform", "identity", "tokens_choice", "experts_choice")
+SOFT_KINDS = {"soft": ("soft", "soft"), "soft_uniform": ("soft", "uniform"), "uniform_soft": ("uniform", "soft"),
+              "uniform": ("uniform", "uniform"), "identity": ("identity", "identity")}   # (dispatch, combine)
 
 
 def moe_layer(router: str, dim: int, num_experts: int, slots_per_expert: int, hidden: int,
-              capacity_factor: float) -> nn.Module:
+              capacity_factor: float, group_size: int = 1, scale_init: float = 1.0,
+              kernels: str = "reference") -> nn.Module:
     """The MoE that replaces a block's MLP; every router gets the same total slots/capacity,
     so FLOPs per image match the dense MLP when slots == tokens."""
-    if router in ("soft", "soft_uniform", "uniform_soft", "uniform", "identity"):
-        dispatch, combine = {"soft": ("soft", "soft"), "soft_uniform": ("soft", "uniform"),
-                             "uniform_soft": ("uniform", "soft"), "uniform": ("uniform", "uniform"),
-                             "identity": ("identity", "identity")}[router]
-        return SoftMoE(dim, num_experts, slots_per_expert, hidden, dispatch, combine)
+    if router in SOFT_KINDS:
+        dispatch, combine = SOFT_KINDS[router]
+        return SoftMoE(dim, num_experts, slots_per_expert, hidden, dispatch, combine, scale_init, kernels)
     if router == "tokens_choice":
-        return TokensChoice(dim, num_experts, capacity_factor, hidden)
+        return TokensChoice(dim, num_experts, capacity_factor, hidden, group_size)
     if router == "experts_choice":
-        return ExpertsChoice(dim, num_experts, capacity_factor, hidden)
+        return ExpertsChoice(dim, num_experts, capacity_factor, hidden, group_size)
     raise ValueError(f"router must be one of {ROUTERS}, got '{router}'")
 
 
 class MoEViT(nn.Module):
     """ViT (timm) with average pooling; blocks [depth - moe_blocks, depth) get `moe_layer`.
-    Defaults: the paper's Soft MoE-S/16 with 128 experts in the last half of the blocks."""
+    Defaults: the paper's Soft MoE-S/16 with 128 experts in the last half of the blocks.
+
+    group_size: images per routing group of the sparse routers (V-MoE: 8); scale_init: Soft
+    MoE's initial scale (official: 1); kernels: the Soft MoE layer's implementation
+    ("reference" | "triton" | "auto", from `hardware.kernels`)."""
 
     def __init__(self, img_size: int, in_chans: int, num_classes: int, router: str = "soft",
                  input_size: int | None = None, patch_size: int = 16, dim: int = 384, depth: int = 12,
                  heads: int = 6, mlp_ratio: float = 4.0, moe_blocks: int = 6, num_experts: int = 128,
                  slots_per_expert: int = 1, expert_mlp_ratio: float = 4.0, capacity_factor: float = 1.0,
-                 aux_weight: float = 0.01):
+                 aux_weight: float = 0.01, group_size: int = 8, scale_init: float = 1.0, kernels: str = "reference"):
         super().__init__()
         if router not in ROUTERS:
             raise ValueError(f"router must be one of {ROUTERS}, got '{router}'")
@@ -49,7 +54,7 @@ class MoEViT(nn.Module):
         if router != "dense":
             for block in self.vit.blocks[depth - moe_blocks:]:
                 block.mlp = moe_layer(router, dim, num_experts, slots_per_expert, int(expert_mlp_ratio * dim),
-                                      capacity_factor)
+                                      capacity_factor, group_size, scale_init, kernels)
 
     def moe_layers(self) -> list[nn.Module]:
         return [b.mlp for b in self.vit.blocks if not isinstance(b.mlp, nn.Sequential) and hasattr(b.mlp, "experts")]
@@ -59,6 +64,28 @@ class MoEViT(nn.Module):
         if x.shape[-1] != self.input_size:  # paper-tier shapes: small images upsampled (e.g. 32 -> 224)
             x = F.interpolate(x, size=self.input_size, mode="bilinear", align_corners=False)
         return self.vit(x)
+
+    @torch.no_grad()
+    def routing_stats(self, images: torch.Tensor) -> dict[str, float]:
+        """Per Soft MoE block i: the learned `scale_b{i}` and the normalised entropies (1 = uniform,
+        0 = one-hot) of each slot's dispatch over tokens (`dispatch_entropy_b{i}`) and of each
+        token's combine over slots (`combine_entropy_b{i}`) on `images`."""
+        inputs: dict[int, torch.Tensor] = {}
+        hooks = [block.mlp.register_forward_hook(lambda mod, args, out, i=i: inputs.__setitem__(i, args[0]))
+                 for i, block in enumerate(self.vit.blocks) if isinstance(block.mlp, SoftMoE)]
+        try:
+            self(images)
+        finally:
+            for h in hooks:
+                h.remove()
+        stats = {}
+        for i, x in sorted(inputs.items()):
+            layer = self.vit.blocks[i].mlp
+            dispatch, combine = layer.weights(x)
+            stats[f"scale_b{i}"] = float(layer.scale)
+            stats[f"dispatch_entropy_b{i}"] = float(normalised_entropy(dispatch, axis=1))
+            stats[f"combine_entropy_b{i}"] = float(normalised_entropy(combine, axis=2))
+        return stats
 
     def training_step(self, batch):
         images, labels = batch
