@@ -187,6 +187,27 @@ def test_pseudo_labels_are_n_times_the_plan_of_the_softmax_cost():
     assert (y.sum(1) <= 1 + 1e-5).all() and y.sum().item() == pytest.approx(0.3 * 32, rel=1e-5)
 
 
+@pytest.mark.parametrize("rho,lam", [(0.3, 1.0), (1.0, INF), (0.5, INF)])
+def test_numpy_scaling_loop_is_the_torch_loop_it_replaced(rho, lam):
+    """The loop runs in numpy for speed; the torch loop of the issue's spec, written out here,
+    gives the same plan and stops at the same iteration."""
+    c = cost(50, 6, seed=7)
+    n, k = c.shape
+    eps, tol = 0.1, 1e-9
+    sol = solve_augmented(c, rho, eps, lam, max_iter=5000, tol=tol)
+    m = torch.cat([torch.exp(-(c - c.min()) / eps), torch.ones(n, 1, dtype=torch.float64)], dim=1)
+    beta = torch.tensor([rho / k] * k + [1 - rho], dtype=torch.float64)
+    b, power = torch.ones(k + 1, dtype=torch.float64), 1.0 if math.isinf(lam) else lam / (lam + eps)
+    for it in range(1, 5001):
+        a = (1 / n) / (m @ b)
+        b = beta / (m.T @ a)
+        b[:k] = b[:k] ** power
+        if (n * a * (m @ b) - 1).abs().max() < tol:
+            break
+    assert sol.iterations == it
+    torch.testing.assert_close(sol.plan, a[:, None] * m * b[None, :], rtol=1e-12, atol=1e-15)
+
+
 def test_warm_start_changes_iterations_not_the_plan():
     c = cost(60, 5, seed=12)
     cold = solve_augmented(c, 0.3, 0.1, 1.0, tol=1e-10, max_iter=20_000)
