@@ -10,9 +10,12 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from common.ssl import apply, sample_params, to_float
+import numpy as np
+
+from common.data.transforms import to_float
+from common.eval import cluster_metrics
+from common.ssl import apply, sample_params
 from methods.p2ot.loss import swapped_label_loss
-from methods.p2ot.metrics import cluster_metrics
 from methods.p2ot.model import ClusterHead, LogitsMemory
 from methods.p2ot.transport import logit_cost, rho_schedule, solve_augmented
 
@@ -49,12 +52,11 @@ def cosine_lr(base_lr: float, epoch: int, epochs: int, decay: float = 0.1) -> fl
     return floor + (base_lr - floor) * (1 + math.cos(math.pi * epoch / epochs)) / 2
 
 
-def train_head(view_feats: torch.Tensor, num_clusters: int, *, epochs: int = 50, batch_size: int = 512,
+def train_head(view_feats: torch.Tensor, head: ClusterHead, *, epochs: int = 50, batch_size: int = 512,
                lr: float = 5e-4, epsilon: float = 0.1, kl_weight: float = 1.0, rho_start: float = 0.1,
-               rho_end: float = 1.0, rho_kind: str = "sigmoid", memory_batches: int = 10,
-               hidden_dim: int = 256, out_dim: int = 128, logit_scale: float = 10.0, seed: int = 0,
+               rho_end: float = 1.0, rho_kind: str = "sigmoid", memory_batches: int = 10, seed: int = 0,
                max_iter: int = 1000, tol: float = 1e-6, warm_start: bool = True) -> tuple[ClusterHead, dict]:
-    """Train a ClusterHead on cached features (V, N, D) with one pseudo-labelling rule.
+    """Train a fresh ClusterHead (in_dim = D) on cached features (V, N, D) with one pseudo-labelling rule.
 
     Each step takes a batch of images and two different random views of each, solves the
     transport over the memory of recent logits (from the second epoch on; the first epoch
@@ -73,9 +75,8 @@ def train_head(view_feats: torch.Tensor, num_clusters: int, *, epochs: int = 50,
     if steps_per_epoch < 1:
         raise ValueError(f"batch_size {batch_size} is larger than the {n} images")
     total = epochs * steps_per_epoch
-    torch.manual_seed(seed)
+    num_clusters = head.head.prototypes.shape[0]
     gen = torch.Generator().manual_seed(seed)
-    head = ClusterHead(dim, num_clusters, hidden_dim, out_dim, logit_scale)
     opt = torch.optim.Adam(head.parameters(), lr=lr, weight_decay=0.0)
     memory = LogitsMemory(num_clusters, memory_batches * batch_size) if memory_batches > 0 else None
     history = {"loss": [], "rho": [], "label_mass": [], "iterations": []}
@@ -169,7 +170,19 @@ def kmeans_clusters(train_feats: torch.Tensor, test_feats: torch.Tensor, num_clu
 
 
 def evaluate_clusters(train_pred, train_y, test_pred, test_y, num_classes: int) -> dict[str, float]:
-    """acc, macc, nmi, f1 on the clustered (long-tailed) set and the same with `test_` on the test split."""
+    """acc, macc, nmi, ari, f1 (common.eval.cluster_metrics) on the clustered (long-tailed) set and
+    the same with `test_` on the test split; cluster ids and classes must lie in [0, num_classes)."""
+    for name, x in (("train_pred", train_pred), ("train_y", train_y), ("test_pred", test_pred), ("test_y", test_y)):
+        x = torch.as_tensor(x)
+        if x.dim() != 1 or (x.numel() and (int(x.min()) < 0 or int(x.max()) >= num_classes)):
+            raise ValueError(f"{name} must be 1-D with values in [0, {num_classes}), got shape {tuple(x.shape)}"
+                             + (f" and values in [{int(x.min())}, {int(x.max())}]" if x.numel() else ""))
     metrics = cluster_metrics(train_pred, train_y, num_classes)
     metrics.update({f"test_{k}": v for k, v in cluster_metrics(test_pred, test_y, num_classes).items()})
     return metrics
+
+
+def sorted_sizes(labels, num_classes: int) -> list[int]:
+    """Cluster (or class) sizes, largest first: the figure of predicted vs true sizes."""
+    counts = np.bincount(torch.as_tensor(labels).long().numpy(), minlength=num_classes)
+    return [int(c) for c in np.sort(counts)[::-1]]

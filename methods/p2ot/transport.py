@@ -19,6 +19,7 @@ import math
 import warnings
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 # exp(-x) underflows float64 below about x = 745; keep well inside that range
@@ -89,25 +90,36 @@ def solve_augmented(cost: torch.Tensor, rho: float, epsilon: float, kl_weight: f
         b = init_scaling.to(torch.float64).clone()
         if rho < 1:  # a previous ρ = 1 solve leaves b_virtual = 0, which the scaling could not undo
             b[k] = b[k].clamp(min=1e-300)
-    kb = kernel @ b                                                                # (N,)
-    row_error, iterations = math.inf, 0
-    while iterations < max_iter:
-        a = alpha / kb
-        b = beta / (kernel_t @ a)                                                  # (K+1,)
-        if power != 1.0:
-            b[:k] = b[:k].pow(power)
-        kb = kernel @ b
-        iterations += 1
-        # the columns are exact after the b-step (hard) or at their prox (soft): rows tell convergence
-        row_error = float((n * a * kb - 1.0).abs().max())
-        if row_error < tol:
-            break
+    a, b, iterations, row_error = _scale(kernel.numpy(), kernel_t.numpy(), alpha, beta.numpy(), b.numpy(),
+                                         power, k, max_iter, tol)
+    a, b = torch.from_numpy(a), torch.from_numpy(b)
     plan = a[:, None] * kernel * b[None, :]
     if warn and row_error >= tol:
         warnings.warn(f"P2OT scaling stopped at max_iter={max_iter} with row error {row_error:.3g} "
                       f"(tol {tol:.3g}); rho={rho}, epsilon={epsilon}, kl_weight={kl_weight}",
                       RuntimeWarning, stacklevel=2)
     return AugmentedSolution(plan, iterations, row_error, b)
+
+
+def _scale(kernel: np.ndarray, kernel_t: np.ndarray, alpha: float, beta: np.ndarray, b: np.ndarray, power: float,
+           k: int, max_iter: int, tol: float) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """The scaling loop in numpy: the same operations as torch, in float64 on the CPU, but a
+    call costs ~1 µs instead of ~10 µs, and at N·(K+1) ~ 5e4 the loop is all call overhead
+    (2.5-3x faster per iteration on the mini tier's memory solves; the plan is unchanged)."""
+    kb = kernel @ b                                                                # (N,)
+    row_error, iterations, n = math.inf, 0, kernel.shape[0]
+    while iterations < max_iter:
+        a = alpha / kb                                                             # (N,)
+        b = beta / (kernel_t @ a)                                                  # (K+1,)
+        if power != 1.0:
+            b[:k] **= power
+        kb = kernel @ b
+        iterations += 1
+        # the columns are exact after the b-step (hard) or at their prox (soft): rows tell convergence
+        row_error = float(np.abs(n * a * kb - 1.0).max())
+        if row_error < tol:
+            break
+    return a, b, iterations, row_error
 
 
 def solve_p2ot(cost: torch.Tensor, rho: float, epsilon: float, kl_weight: float,
