@@ -132,3 +132,15 @@ def test_a_cached_run_is_reused_only_with_the_same_settings_and_code(tmp_path):
     assert _cached(cfg, "changed") is None                        # the method's code moved: run again
     assert _cached(OmegaConf.merge(cfg, {"method": {"lr": 0.2}}), "abc") is None
     assert _cached(OmegaConf.merge(cfg, {"claims": ["x"]}), "abc") is not None   # claims are not run settings
+
+
+def test_a_run_reporting_several_rows_counts_once_in_the_table_cost():
+    from common.reproduce.ci import estimated_minutes
+    from common.reproduce.record import TableResult
+    from common.reproduce.tables import expand_rows
+
+    runs = expand_rows({"all": [{"seed": s, "run_dir": f"d{s}", "wall_s": 60.0, "cpu_s": 96.0, "a/acc": 1.0,
+                                 "b/acc": 2.0} for s in range(3)]})
+    table = TableResult(experiment="x", seeds=[0, 1, 2], metrics=["acc"], runs=runs)
+    assert sorted(runs) == ["a", "b"] and table.cpu_minutes() == pytest.approx(3 * 96 / 60)
+    assert table.wall_s() == pytest.approx(180.0) and estimated_minutes(runs) == pytest.approx(3.0)

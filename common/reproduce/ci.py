@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from common.config import CONFIG_DIR
 from common.reproduce.fingerprint import staleness, table_fingerprint
 from common.reproduce.publish import RESULTS_DIR
+from common.reproduce.record import distinct_runs
 
 
 @dataclass
@@ -51,9 +52,8 @@ CORES_USED = 1.6
 def estimated_minutes(runs: dict[str, list[dict]]) -> float:
     """Minutes a table takes on CI's machine: its CPU time over the cores used, else wall time."""
     total = 0.0
-    for seeds in runs.values():
-        for s in seeds:
-            total += s["cpu_s"] / CORES_USED if s.get("cpu_s") else (s.get("wall_s") or 0.0)
+    for s in distinct_runs(runs):
+        total += s["cpu_s"] / CORES_USED if s.get("cpu_s") else (s.get("wall_s") or 0.0)
     return total / 60
 
 

@@ -39,11 +39,11 @@ class TableResult:
 
     def cpu_minutes(self) -> float:
         """CPU time of its runs in minutes (all threads), robust to a loaded machine."""
-        return float(sum(s.get("cpu_s") or 0.0 for seeds in self.runs.values() for s in seeds)) / 60
+        return float(sum(s.get("cpu_s") or 0.0 for s in distinct_runs(self.runs))) / 60
 
     def wall_s(self) -> float:
         """Seconds of the runs executed (reused runs count what they took when they ran)."""
-        return float(sum(s.get("wall_s") or 0.0 for seeds in self.runs.values() for s in seeds))
+        return float(sum(s.get("wall_s") or 0.0 for s in distinct_runs(self.runs)))
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -56,3 +56,15 @@ class TableResult:
         keep["claims"] = [ClaimResult(**c) for c in d.get("claims", [])]
         keep["known_failures"] = [ClaimResult(**c) for c in d.get("known_failures", [])]
         return TableResult(**keep)
+
+
+def distinct_runs(runs: dict[str, list[dict]]) -> list[dict]:
+    """Each run once: a run that reports several rows (`<row>/<metric>`) stands in each of them."""
+    seen, out = set(), []
+    for seeds in runs.values():
+        for s in seeds:
+            key = s.get("run_dir") or id(s)
+            if key not in seen:
+                seen.add(key)
+                out.append(s)
+    return out

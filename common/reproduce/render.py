@@ -9,7 +9,7 @@ import numpy as np
 
 from common.logging import read_jsonl
 from common.reproduce.claims import PASS, ClaimResult
-from common.reproduce.record import TableResult
+from common.reproduce.record import TableResult, distinct_runs
 
 
 def _interval(c: ClaimResult) -> str:
@@ -29,8 +29,9 @@ def claim_line(c: ClaimResult, known: bool = False) -> str:
 
 
 def wall_time(t: TableResult) -> str:
-    walls = [s["wall_s"] for seeds in t.runs.values() for s in seeds if s.get("wall_s")]
-    total = sum(len(seeds) for seeds in t.runs.values())
+    runs = distinct_runs(t.runs)
+    walls = [s["wall_s"] for s in runs if s.get("wall_s")]
+    total = len(runs)
     missing = f", {total - len(walls)} without a recorded time" if len(walls) < total else ""
     return f"{sum(walls) / 60:.1f} min wall, {t.cpu_minutes():.1f} CPU-min for {len(walls)} runs{missing}"
 
