@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 
 
-def _run(cmd, env_extra=None, timeout=120):
+def _run(cmd, env_extra=None, timeout=600):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | (env_extra or {})
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
