@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from methods.ncl import (NCL, NonNegClassifier, class_consistency, class_consistency_pos, conditional_mi,
                          effective_rank, feature_metrics, infonce_mi, nce_logits, nonneg, orthogonality,
-                         orthogonality_corr, sepin_at_k, sparsity, top_dimensions, validation_splits)
+                         orthogonality_corr, sepin_at_k, sparsity, top_dimensions)
 
 EPS = 1e-5
 
@@ -245,14 +245,11 @@ def test_nce_classifier_is_nonnegative_and_ce_is_not():
     assert ce.bias is not None and (ce.features(x) < 0).any()
 
 
-def test_validation_splits_hold_out_eval_train_images_and_never_read_test():
-    x, y = torch.arange(100).view(100, 1), torch.arange(100) % 10
-    splits = {"train": (x, y), "eval_train": (x, y), "test": (None, None)}
-    val = validation_splits(splits, 30)
-    assert len(val["test"][0]) == 30 and len(val["eval_train"][0]) == 70
-    assert not set(val["test"][0].flatten().tolist()) & set(val["eval_train"][0].flatten().tolist())
-    with pytest.raises(ValueError, match="100"):
-        validation_splits(splits, 100)
+def test_the_sweep_tunes_on_validation_and_the_tables_report_other_seeds(compose_cfg):
+    sweep = compose_cfg(["experiment=ncl_mini_sweep"])
+    assert sweep.eval.on == "val" and sweep.table.purpose == "tuning"
+    mini = compose_cfg(["experiment=ncl_mini"])
+    assert mini.eval.on == "test" and not set(mini.table.seeds) & set(mini.tuned_on.seeds)
 
 
 @pytest.mark.parametrize("mode", ["contrastive", "supervised"])

@@ -6,7 +6,7 @@ from pathlib import Path
 from hydra.utils import instantiate
 
 from common import data, tasks
-from methods.ncl.evaluate import feature_metrics, interpretability, supervised_metrics, validation_splits
+from methods.ncl.evaluate import feature_metrics, interpretability, supervised_metrics
 from methods.ncl.loss import nce_logits, nonneg
 from methods.ncl.metrics import (class_consistency, class_consistency_pos, conditional_mi, effective_rank,
                                  infonce_mi, orthogonality, orthogonality_corr, sepin_at_k, sparsity,
@@ -30,22 +30,22 @@ def build(cfg) -> NCL | NonNegClassifier:
 
 def run(cfg, ctx) -> dict[str, float]:
     """Contrastive: pre-train, then probe/kNN (common.tasks.contrastive) and the interpretability
-    metrics of z. Supervised: train the classifier (common.tasks.classify), then test accuracy
-    and the same metrics of its penultimate features."""
+    metrics of z, scored as `eval.on` says (test, or held-out eval_train images for tuning).
+    Supervised: train the classifier (common.tasks.classify), then test accuracy and the same
+    metrics of its penultimate features."""
     splits = data.image_splits(cfg.dataset)
-    if cfg.method.val_size is not None:
-        splits = validation_splits(splits, cfg.method.val_size)
     model, m = build(cfg), cfg.method.metrics
     if cfg.method.mode == "supervised":
         return tasks.classify(ctx, model, splits["train"], splits["test"], eval_batch_size=cfg.eval.batch_size,
                               extra_metrics=lambda net: supervised_metrics(net, splits["test"], cfg.eval.batch_size,
                                                                            ctx.device, m.eps))
+    fit, score = tasks.evaluation_splits(splits, cfg.eval)       # `eval.on: val` never reads test
     return tasks.contrastive(ctx, model, splits, cfg.eval, extra_metrics=lambda net: interpretability(
-        net, splits, cfg.eval, ctx.device, ctx.seed, Path(ctx.run_dir), eps=m.eps, select_k=m.select_k,
+        net, fit, score, cfg.eval, ctx.device, ctx.seed, Path(ctx.run_dir), eps=m.eps, select_k=m.select_k,
         sepin_k=m.sepin_k, sepin_images=m.sepin_images, views_seed=m.views_seed, figure_dims=m.figure_dims))
 
 
 __all__ = ["NCL", "NonNegClassifier", "build", "class_consistency", "class_consistency_pos", "conditional_mi",
            "effective_rank", "feature_metrics", "infonce_mi", "interpretability", "nce_logits", "nonneg",
            "orthogonality", "orthogonality_corr", "run", "sepin_at_k", "sparsity", "supervised_metrics",
-           "top_dimensions", "validation_splits"]
+           "top_dimensions"]

@@ -37,13 +37,13 @@ def augmented_pair(model: NCL, images: torch.Tensor, seed: int, batch_size: int,
 
 
 @torch.no_grad()
-def interpretability(model: NCL, splits: dict, eval_cfg, device, seed: int, run_dir: Path, *, eps: float,
+def interpretability(model: NCL, fit: tuple, score: tuple, eval_cfg, device, seed: int, run_dir: Path, *, eps: float,
                      select_k, sepin_k, sepin_images: int, views_seed: int, figure_dims: int) -> dict[str, float]:
-    """Metrics of z on the test images, SEPIN@k on `sepin_images` of them, and `top{k}_acc`: the
-    official selection probe (dimensions ranked on eval_train, a linear probe on the projector
-    output *before* σ₊ restricted to them, as main_linear.py's selected_dims does)."""
+    """Metrics of z on the `score` images (test, or validation), SEPIN@k on `sepin_images` of them,
+    and `top{k}_acc`: the official selection probe (dimensions ranked on the `fit` images, a linear
+    probe on the projector output *before* σ₊ restricted to them, as main_linear.py's selected_dims does)."""
     bs = eval_cfg.batch_size
-    (x_tr, y_tr), (x_te, y_te) = splits["eval_train"], splits["test"]
+    (x_tr, y_tr), (x_te, y_te) = fit, score
     p_tr = extract(model.projection, x_tr, bs, device)                        # (N_tr, K), before σ₊
     p_te = extract(model.projection, x_te, bs, device)
     z_te = nonneg(p_te, model.nonneg_kind)
@@ -65,11 +65,3 @@ def supervised_metrics(model: NonNegClassifier, test: tuple, batch_size: int, de
     x, y = test
     return feature_metrics(extract(model.features, x, batch_size, device), y, eps)
 
-
-def validation_splits(splits: dict, val_size: int) -> dict:
-    """Tuning without the test split: the first `val_size` images of eval_train (a random subset
-    of the train split) become 'test', the rest fit the probe."""
-    x, y = splits["eval_train"]
-    if not 0 < val_size < len(x):
-        raise ValueError(f"method.val_size must be in (0, {len(x)}) (the eval_train images), got {val_size}")
-    return {"train": splits["train"], "eval_train": (x[val_size:], y[val_size:]), "test": (x[:val_size], y[:val_size])}
