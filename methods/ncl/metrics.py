@@ -111,7 +111,8 @@ def conditional_mi(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> to
 
 def sepin_at_k(z1: torch.Tensor, z2: torch.Tensor, ks, temperature: float) -> dict[int, float]:
     """SEPIN@k (Do & Tran 2020), the NCL paper's disentanglement measure: the mean of the k
-    largest I(x; z_i | z_≠i), in nats. High = the top dimensions each carry information that the others do not (disentangled)."""
+    largest I(x; z_i | z_≠i), in nats. High = the top dimensions each carry information that the
+    others do not (disentangled)."""
     bad = [k for k in ks if not 1 <= k <= z1.shape[1]]
     if bad:
         raise ValueError(f"SEPIN@k needs 1 <= k <= {z1.shape[1]} (the feature dimensions), got {bad}")
