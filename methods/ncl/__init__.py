@@ -3,70 +3,49 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+from hydra.utils import instantiate
 
-from common import data, runner
-from common.nn import build_backbone
-from common.ssl import extract, linear_probe, run_contrastive, to_float
-from common.trainer import Trainer
-from methods.ncl.loss import nonneg
-from methods.ncl.metrics import class_consistency, effective_rank, orthogonality, sparsity, top_dimensions
+from common import data, tasks
+from methods.ncl.evaluate import feature_metrics, interpretability, supervised_metrics
+from methods.ncl.loss import nce_logits, nonneg
+from methods.ncl.metrics import (class_consistency, class_consistency_pos, conditional_mi, effective_rank,
+                                 infonce_mi, orthogonality, orthogonality_corr, sepin_at_k, sparsity,
+                                 top_dimensions)
 from methods.ncl.model import NCL, NonNegClassifier
-from methods.ncl.plots import top_activation_grid
+
+MODES = ("contrastive", "supervised")
 
 
-def feature_metrics(z_test: torch.Tensor, y_test: torch.Tensor) -> dict[str, float]:
-    return {"sparsity": sparsity(z_test), "class_consistency": class_consistency(z_test, y_test),
-            "orthogonality": orthogonality(z_test), "effective_rank": effective_rank(z_test)}
-
-
-@torch.no_grad()
-def interpretability(model: NCL, splits, device, cfg) -> dict[str, float]:
-    """Metrics on the (non-negative) projector output z of held-out images, feature-selection
-    probes on the top-k dimensions, and the top-activation figure in the run dir."""
-    def z_of(images):
-        return extract(lambda x: model.project(model.encoder(model.normalize(to_float(x)))), images, device=device)
-
-    z_tr, z_te = z_of(splits["eval_train"][0]), z_of(splits["test"][0])
-    y_tr, y_te = splits["eval_train"][1], splits["test"][1]
-    out = feature_metrics(z_te, y_te)
-    for k in cfg.method.select_k:
-        dims = top_dimensions(z_tr, k)
-        out[f"top{k}_acc"] = linear_probe(z_tr[:, dims], y_tr, z_te[:, dims], y_te, seed=cfg.seed)
-    top_activation_grid(z_te, splits["test"][0], y_te, Path(cfg.run_dir) / "top_activations.png",
-                        top_dimensions(z_tr, 6), title=f"nonneg={cfg.method.nonneg}: top images per dimension")
-    return out
-
-
-def run_supervised(cfg) -> dict[str, float]:
-    """CE vs NCE (method.nonneg != none): a classifier on the train split, test accuracy and
-    the interpretability metrics of its penultimate features."""
-    ctx = runner.start(cfg)
-    splits = data.image_splits(cfg.dataset)
-    encoder, feat_dim = build_backbone(cfg.method.backbone, cfg.dataset.in_chans, cfg.dataset.img_size)
-    model = NonNegClassifier(encoder, feat_dim, cfg.method.proj_dim, cfg.dataset.num_classes,
-                             nonneg_features=cfg.method.nonneg != "none")
-    x, y = splits["train"]
-    sampler = data.StepSampler(len(x), cfg.trainer.batch_size, cfg.seed, ctx.hw.rank, ctx.hw.world_size)
-    trainer = Trainer(model, cfg.trainer, ctx.hw, ctx.run_dir, ctx.logger,
-                      batch_fn=lambda s: (x[sampler(s)].to(ctx.hw.device), y[sampler(s)].to(ctx.hw.device)))
-    trainer.fit(resume=cfg.resume)
-    model.eval()
-    te_x, te_y = splits["test"]
-    with torch.no_grad():
-        logits = extract(model, te_x, device=ctx.hw.device)
-        feats = extract(model.features, te_x, device=ctx.hw.device)
-    metrics = {"test_acc": float(100 * (logits.argmax(1) == te_y).float().mean()), **feature_metrics(feats, te_y)}
-    ctx.logger.log(metrics, trainer.step)
-    ctx.logger.close()
-    return metrics
-
-
-def run(cfg) -> dict[str, float]:
+def build(cfg) -> NCL | NonNegClassifier:
+    """The model from the config alone: `method.model` (CL / NCL) when `method.mode` is
+    contrastive, `method.classifier` (CE / NCE) when it is supervised."""
+    ds = cfg.dataset
+    if cfg.method.mode not in MODES:
+        raise ValueError(f"method.mode must be one of {MODES}, got '{cfg.method.mode}'")
+    encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=ds.in_chans, img_size=ds.img_size)
     if cfg.method.mode == "supervised":
-        return run_supervised(cfg)
-    return run_contrastive(cfg, NCL, lambda m, s, d: interpretability(m, s, d, cfg))
+        return instantiate(cfg.method.classifier, encoder=encoder, feat_dim=feat_dim, num_classes=ds.num_classes)
+    return instantiate(cfg.method.model, encoder=encoder, feat_dim=feat_dim)
 
 
-__all__ = ["NCL", "NonNegClassifier", "nonneg", "run", "sparsity", "class_consistency", "orthogonality",
-           "effective_rank"]
+def run(cfg, ctx) -> dict[str, float]:
+    """Contrastive: pre-train, then probe/kNN (common.tasks.contrastive) and the interpretability
+    metrics of z, scored as `eval.on` says (test, or held-out eval_train images for tuning).
+    Supervised: train the classifier (common.tasks.classify), then test accuracy and the same
+    metrics of its penultimate features."""
+    splits = data.image_splits(cfg.dataset)
+    model, m = build(cfg), cfg.method.metrics
+    if cfg.method.mode == "supervised":
+        return tasks.classify(ctx, model, splits["train"], splits["test"], eval_batch_size=cfg.eval.batch_size,
+                              extra_metrics=lambda net: supervised_metrics(net, splits["test"], cfg.eval.batch_size,
+                                                                           ctx.device, m.eps))
+    fit, score = tasks.evaluation_splits(splits, cfg.eval)       # `eval.on: val` never reads test
+    return tasks.contrastive(ctx, model, splits, cfg.eval, extra_metrics=lambda net: interpretability(
+        net, fit, score, cfg.eval, ctx.device, ctx.seed, Path(ctx.run_dir), eps=m.eps, select_k=m.select_k,
+        sepin_k=m.sepin_k, sepin_images=m.sepin_images, views_seed=m.views_seed, figure_dims=m.figure_dims))
+
+
+__all__ = ["NCL", "NonNegClassifier", "build", "class_consistency", "class_consistency_pos", "conditional_mi",
+           "effective_rank", "feature_metrics", "infonce_mi", "interpretability", "nce_logits", "nonneg",
+           "orthogonality", "orthogonality_corr", "run", "sepin_at_k", "sparsity", "supervised_metrics",
+           "top_dimensions"]
