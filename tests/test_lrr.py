@@ -377,3 +377,61 @@ def test_lrr_inherits_the_sign_where_imp_fails():
         single_neuron_run(1.0, [0.1], "snip")
     with pytest.raises(ValueError, match="w0"):
         single_neuron_run(torch.ones(2), torch.ones(3, 4), "lrr")
+
+
+# --- the run's stages -----------------------------------------------------------------------
+
+def test_snapshot_holds_the_weights_after_that_many_steps():
+    from types import SimpleNamespace
+
+    from methods.lrr import Snapshot
+
+    model = nn.Linear(3, 2)
+    at0 = Snapshot(model, 0)
+    assert torch.equal(at0.state["weight"], model.weight)
+    snap = Snapshot(model, 2)
+    for step in (1, 2, 3):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        snap.after_step(SimpleNamespace(step=step))
+        if step == 2:
+            expected = model.weight.detach().clone()
+    assert torch.equal(snap.state["weight"], expected) and not torch.equal(snap.state["weight"], model.weight)
+
+
+def test_standardize_uses_the_training_statistics_per_channel():
+    from methods.lrr import standardize
+
+    gen = torch.Generator().manual_seed(0)
+    train = (torch.randint(0, 256, (50, 2, 4, 4), generator=gen, dtype=torch.uint8), torch.arange(50))
+    test = (torch.randint(0, 256, (7, 2, 4, 4), generator=gen, dtype=torch.uint8), torch.arange(7))
+    (x, y), (xt, yt) = standardize(train, test)
+    flat = x.transpose(0, 1).reshape(2, -1)
+    assert torch.allclose(flat.mean(1), torch.zeros(2), atol=1e-5) and torch.allclose(flat.std(1), torch.ones(2))
+    raw = train[0].float().div(255).transpose(0, 1).reshape(2, -1)
+    expect = (test[0].float().div(255)[:, 1] - raw[1].mean()) / raw[1].std()
+    assert torch.allclose(xt[:, 1], expect, atol=1e-5) and torch.equal(yt, test[1])
+
+
+def test_single_neuron_experiment_reports_shares_of_the_batched_runs():
+    from methods.lrr import single_neuron_experiment
+
+    gen = torch.Generator().manual_seed(3)
+    a0 = torch.randn(12, generator=gen, dtype=torch.float64)
+    w0 = torch.randn(12, 4, generator=gen, dtype=torch.float64) / 2.0
+    ref = single_neuron_compare(a0, w0, ("imp", "lrr"), 300, 0.1, 200, 3)
+    for m in ("imp", "lrr"):
+        out = single_neuron_experiment(3, m, dim=4, num_inits=12, steps=300, lr=0.1, num_samples=200)
+        assert out["success"] == pytest.approx(ref[m]["success"].double().mean().item())
+        assert out["mask_correct"] == pytest.approx(ref[m]["mask_correct"].double().mean().item())
+        assert out["final_loss"] == pytest.approx(ref[m]["loss"].median().item())
+
+
+def test_build_follows_the_config(compose_cfg):
+    from methods.lrr import ResNetClassifier, build
+
+    assert isinstance(build(compose_cfg(["experiment=lrr_smoke"])), LeNet300100)
+    cfg = compose_cfg(["experiment=lrr_smoke", "method.backbone={_target_: common.nn.build_backbone, "
+                       "name: small_cnn, width: 4}", "method.model={_target_: methods.lrr.ResNetClassifier}"])
+    model = build(cfg)
+    assert isinstance(model, ResNetClassifier) and model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
@@ -20,3 +21,23 @@ class LeNet300100(nn.Module):
         x = torch.relu(self.fc1(x))
         x = torch.relu(self.fc2(x))
         return self.fc3(x)                              # (B, classes) logits
+
+    def training_step(self, batch):
+        """Cross-entropy on a minibatch (x (B, D) float, y (B,) int64): what the shared Trainer calls."""
+        x, y = batch
+        return F.cross_entropy(self(x), y), {}
+
+
+class ResNetClassifier(nn.Module):
+    """A CIFAR-stem timm ResNet (common.nn) and a linear head: the paper tier's networks."""
+
+    def __init__(self, encoder: nn.Module, feat_dim: int, num_classes: int = 10):
+        super().__init__()
+        self.encoder, self.head = encoder, nn.Linear(feat_dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))               # (B, C, H, W) -> (B, D) -> (B, classes)
+
+    def training_step(self, batch):
+        x, y = batch
+        return F.cross_entropy(self(x), y), {}

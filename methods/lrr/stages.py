@@ -1,0 +1,116 @@
+"""The stages of a run, called in order from `run(cfg, ctx)`: the pruning experiment (dense
+round, then R rounds of IMP or LRR with magnitude or random masks, then the sign experiment)
+and the single-neuron experiment of Section 2. Each training round is one stage of the shared
+Trainer (a new optimizer and the full learning-rate schedule: the "learning rate rewinding")."""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from common.callbacks import Callback
+from common.eval import model_accuracy
+from methods.lrr.pruning import keep_masked, prunable_weights
+from methods.lrr.rounds import iterative_pruning, rewind_to
+from methods.lrr.theory import single_neuron_compare
+
+
+def standardize(train: tuple, test: tuple) -> tuple[tuple, tuple]:
+    """uint8 images (N, C, H, W) -> floats standardised per channel with the training split's
+    mean and std; labels unchanged."""
+    x = train[0].float().div(255.0)
+    mean = x.mean(dim=(0, 2, 3), keepdim=True)                   # (1, C, 1, 1)
+    std = x.std(dim=(0, 2, 3), keepdim=True)
+    return ((x - mean) / std, train[1]), ((test[0].float().div(255.0) - mean) / std, test[1])
+
+
+class Snapshot(Callback):
+    """A copy of the model's state_dict after `step` optimiser steps (IMP's rewind point θ_rw)."""
+
+    def __init__(self, model: nn.Module, step: int):
+        self.model, self.step = model, step
+        self.state = copy.deepcopy(model.state_dict()) if step == 0 else None
+
+    def after_step(self, trainer) -> None:
+        if trainer.step == self.step:
+            self.state = copy.deepcopy(self.model.state_dict())
+
+
+def round_trainer(ctx, inputs: torch.Tensor, labels: torch.Tensor):
+    """train(model, stage, round_index, callbacks): `trainer.max_steps` steps of the shared loop,
+    a new optimizer and schedule each call; round k reads epoch k of the seeded batch order
+    (the sign experiment re-reads the last round's)."""
+    sampler = ctx.sampler(len(labels))
+    steps = int(ctx.cfg.trainer.max_steps)
+
+    def train(model: nn.Module, stage: str, round_index: int, callbacks=()) -> dict:
+        def batches(step: int):
+            idx = sampler(round_index * steps + step)
+            return inputs[idx].to(ctx.device), labels[idx].to(ctx.device)
+        trainer = ctx.trainer(model, batches, callbacks=callbacks, stage=stage)
+        last = trainer.fit(resume=False)       # rounds are short and keep no checkpoint
+        ctx.last_step += trainer.step
+        return {"train_loss": float(last["loss"])} if "loss" in last else {}
+    return train
+
+
+def pruning_experiment(ctx, model: nn.Module, train: tuple, test: tuple, *, procedure: str, mask_fn: str,
+                       num_rounds: int, prune_fraction: float, rewind_steps: int, sign_experiment: bool,
+                       eval_batch_size: int) -> dict[str, float]:
+    """Dense round 0 (θ_rw snapshot after `rewind_steps` steps), then rounds 1..R of `procedure`
+    ('imp' | 'lrr') with `mask_fn` masks; test accuracy after every round (acc_dense, acc_r1..R,
+    acc_final), sign flips early/late (mean over the first / last min(3, R) rounds), the
+    measured sparsity; with `sign_experiment`, one more round from θ_rw ⊙ m (acc_sign_a) and
+    |θ_rw| ⊙ sign(θ_final) ⊙ m (acc_sign_b) with the final masks."""
+    fit = round_trainer(ctx, *train)
+    model = model.to(ctx.device)
+
+    def acc(m: nn.Module) -> float:
+        return model_accuracy(m, test, eval_batch_size, ctx.device)
+
+    snap = Snapshot(model, rewind_steps)
+    fit(model, "round00", 0, [snap])
+    if snap.state is None:
+        raise ValueError(f"method.rewind_steps={rewind_steps} is past the dense round's "
+                         f"{ctx.cfg.trainer.max_steps} steps")
+    out = {"acc_dense": acc(model)}
+    gen = torch.Generator().manual_seed(ctx.seed)
+
+    def train_fn(m: nn.Module, k: int) -> dict:
+        metrics = fit(m, f"round{k:02d}", k)
+        metrics["acc"] = acc(m)
+        return metrics
+
+    history = iterative_pruning(model, train_fn, num_rounds, prune_fraction, procedure,
+                                rewind_state=snap.state if procedure == "imp" else None,
+                                mask_fn=mask_fn, generator=gen)
+    for rec in history:
+        ctx.log({"acc": rec["acc"], "sparsity": rec["sparsity"], "sign_flips": rec["sign_flips"]}, rec["round"])
+        out[f"acc_r{rec['round']}"] = rec["acc"]
+    window = min(3, num_rounds)
+    flips = [rec["sign_flips"] for rec in history]
+    out.update(acc_final=history[-1]["acc"], sparsity=history[-1]["sparsity"],
+               flips_early=sum(flips[:window]) / window, flips_late=sum(flips[-window:]) / window)
+    if sign_experiment:
+        masks = history[-1]["masks"]
+        signs = {n: w.detach().clone() for n, w in prunable_weights(model).items()}
+        for key, s in (("a", None), ("b", signs)):
+            rewind_to(model, snap.state, masks, s)
+            with keep_masked(model, masks):
+                fit(model, f"sign_{key}", num_rounds)
+            out[f"acc_sign_{key}"] = acc(model)
+    return out
+
+
+def single_neuron_experiment(seed: int, procedure: str, *, dim: int, num_inits: int, steps: int, lr: float,
+                             num_samples: int) -> dict[str, float]:
+    """Section 2 over `num_inits` random inits (a₀ ~ N(0, 1), w₀ ~ N(0, I/d)), batched, restarted
+    by `procedure` ('imp' | 'lrr'): the share of inits that learn the target (`success`), the
+    share whose dense run's largest weight is w₁ (`mask_correct`), the median final loss."""
+    gen = torch.Generator().manual_seed(seed)
+    a0 = torch.randn(num_inits, generator=gen, dtype=torch.float64)
+    w0 = torch.randn(num_inits, dim, generator=gen, dtype=torch.float64) / dim ** 0.5
+    r = single_neuron_compare(a0, w0, (procedure,), steps, lr, num_samples, seed)[procedure]
+    return {"success": float(r["success"].double().mean()), "mask_correct": float(r["mask_correct"].double().mean()),
+            "final_loss": float(r["loss"].median())}
