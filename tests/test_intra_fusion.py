@@ -284,3 +284,26 @@ def test_bad_plan_shapes_are_value_errors():
         merge(torch.rand(4, 2).double(), torch.randn(5, 3), None, torch.randn(2, 5))
     with pytest.raises(ValueError, match="disagree"):
         fuse_layer(torch.randn(4, 3), None, torch.randn(2, 5), torch.ones(4), 0.5)
+
+
+def test_build_network_by_name_and_unread_options_refused():
+    from methods.intra_fusion import build_network
+
+    mlp = build_network("mlp", 1, 28, 10, hidden=(12, 10))
+    assert isinstance(mlp, MLP) and mlp(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    cnn = build_network("cnn", 1, 28, 10, width=4)
+    assert isinstance(cnn, CNN) and cnn(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    with pytest.raises(ValueError, match="does not read width"):
+        build_network("mlp", 1, 28, 10, hidden=(12,), width=4)
+    with pytest.raises(ValueError, match="one of"):
+        build_network("vgg", 1, 28, 10)
+
+
+def test_training_step_is_the_cross_entropy_of_the_logits():
+    model = MLP(784, (12, 10), 3).eval()
+    x, y = torch.randn(5, 1, 28, 28), torch.tensor([0, 1, 2, 0, 1])
+    loss, logs = model.training_step((x, y))
+    logits = model(x)
+    manual = -(logits.log_softmax(1)[torch.arange(5), y]).mean()
+    torch.testing.assert_close(loss, manual)
+    assert logs == {}

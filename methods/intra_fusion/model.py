@@ -1,12 +1,20 @@
 """The mini-tier networks (CPU stand-ins for the paper's VGG11-BN and ResNet18)."""
 from __future__ import annotations
 
+import torch.nn.functional as F
 from torch import nn
 
 from common.nn.backbones import SmallCNN
 
 
-class MLP(nn.Sequential):
+class _Classifier(nn.Sequential):
+    def training_step(self, batch):
+        """Cross-entropy on (x, y): what the shared Trainer calls."""
+        x, y = batch
+        return F.cross_entropy(self(x), y), {}
+
+
+class MLP(_Classifier):
     """Flatten, then Linear → BatchNorm1d → ReLU per hidden width, then a Linear classifier.
     (N, C, H, W) or (N, D) -> (N, classes)."""
 
@@ -18,10 +26,27 @@ class MLP(nn.Sequential):
         super().__init__(*layers, nn.Linear(width, classes))
 
 
-class CNN(nn.Sequential):
+class CNN(_Classifier):
     """`SmallCNN` (four 3x3 conv → BatchNorm2d → ReLU blocks, global average pooling) and a
     Linear classifier. (N, in_chans, H, W) -> (N, classes)."""
 
     def __init__(self, in_chans: int = 1, width: int = 16, classes: int = 10):
         backbone = SmallCNN(in_chans, width)
         super().__init__(backbone, nn.Linear(backbone.num_features, classes))
+
+
+NETWORKS = ("mlp", "cnn")
+
+
+def build_network(name: str, in_chans: int, img_size: int, num_classes: int,
+                  hidden: tuple[int, ...] | None = None, width: int | None = None) -> nn.Module:
+    """The mini tier's network by name: 'mlp' reads `hidden`, 'cnn' reads `width`; an option
+    the network does not read must be None (a config key is never a silent no-op)."""
+    if name not in NETWORKS:
+        raise ValueError(f"network must be one of {NETWORKS}, got '{name}'")
+    unread = {"mlp": width, "cnn": hidden}[name]
+    if unread is not None:
+        raise ValueError(f"network '{name}' does not read {'width' if name == 'mlp' else 'hidden'}; set it to null")
+    if name == "mlp":
+        return MLP(in_chans * img_size ** 2, tuple(hidden), num_classes)
+    return CNN(in_chans, width, num_classes)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.eval import model_accuracy
 from methods.intra_fusion.prune import fold_batchnorm, ordered_groups, output_layer, prune
 
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
@@ -34,13 +35,10 @@ def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 2, bat
     return model.eval()
 
 
-@torch.no_grad()
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000) -> float:
-    """Top-1 accuracy in percent, eval mode."""
+    """Top-1 accuracy in percent, eval mode (common.eval)."""
     model.eval()
-    correct = sum(int((model(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum())
-                  for i in range(0, len(x), batch_size))
-    return 100.0 * correct / len(x)
+    return model_accuracy(model, (x, y), batch_size, next(model.parameters()).device)
 
 
 def calibration_batches(x: torch.Tensor, y: torch.Tensor, batches: int = 4, batch_size: int = 64,
@@ -67,7 +65,7 @@ def pruned_copy(model: nn.Module, example_inputs: torch.Tensor, group: int, spar
 
 
 def sweep(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, example_inputs: torch.Tensor,
-          groups, cells, calibration=None, seed: int = 0) -> dict[str, list[float]]:
+          groups, cells, calibration=None, seed: int = 0, batch_size: int = 1000) -> dict[str, list[float]]:
     """Test accuracy of each pruned variant, per group.
 
     cells: {name: dict(sparsity=…, importance=…, fuse=…, [normalization=…, source_mass=…, …])}.
@@ -79,7 +77,7 @@ def sweep(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, example_
         for name, cell in cells.items():
             torch.manual_seed(seed * 1000 + g)
             net = pruned_copy(model, example_inputs, g, calibration=calibration, **cell)
-            out[name].append(accuracy(net, x_test, y_test))
+            out[name].append(accuracy(net, x_test, y_test, batch_size))
     return out
 
 
