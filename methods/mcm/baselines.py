@@ -64,7 +64,8 @@ class StandardizedBaseline:
         self.name, self.seed = name, seed
         pyod_detector(name, seed, 1)   # unknown names fail here, before any data is read
 
-    def fit(self, x, y=None) -> "StandardizedBaseline":
+    def fit(self, x, y=None, log=None) -> "StandardizedBaseline":
+        """`log` is accepted for MCMDetector's interface; pyod's fit has no curve to report."""
         x = check_rows(x).astype(np.float64)
         self.mean_, std = x.mean(0), x.std(0)
         self.std_ = np.where(std > 0, std, 1.0)

@@ -6,6 +6,7 @@ from typing import Callable
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from methods.mcm.loss import anomaly_score, diversity_scale, mcm_loss
 from methods.mcm.model import MCM
@@ -29,13 +30,15 @@ class MCMDetector:
     keywords (after `seed`) select the ablations and the diversity target:
     masking 'learned' | 'none' (plain AE, num_masks=1, λ=0) | 'random' (fixed binary masks, λ=0);
     diversity_on 'masks' (cosine of M = sigmoid(G(x)), the issue's default) | 'logits'
-    (cosine of G(x), the official code)."""
+    (cosine of G(x), the official code). `optimizer`: a factory params -> Optimizer (the run's
+    `trainer.optimizer`); None builds the official Adam(lr, weight_decay)."""
 
     def __init__(self, num_masks: int = 15, lambda_div: float = 5.0, temperature: float = 0.1, epochs: int = 200,
                  batch_size: int = 512, lr: float = 0.05, lr_gamma: float = 0.98, weight_decay: float = 1e-5,
                  hidden_dim: int = 256, latent_dim: int = 128, seed: int = 0, *, encoder_layers: int = 3,
                  decoder_layers: int = 3, mask_layers: int = 3, masking: str = "learned", mask_ratio: float = 0.5,
-                 diversity_on: str = "masks", standardize: bool = True, shuffle: bool = True, device: str = "cpu"):
+                 diversity_on: str = "masks", standardize: bool = True, shuffle: bool = True, device: str = "cpu",
+                 optimizer: Callable[[object], torch.optim.Optimizer] | None = None, progress: bool = False):
         if lambda_div < 0:
             raise ValueError(f"lambda_div must be non-negative, got {lambda_div}.")
         if lambda_div > 0 and masking != "learned":
@@ -52,8 +55,14 @@ class MCMDetector:
         self.layers = dict(encoder_layers=encoder_layers, decoder_layers=decoder_layers, mask_layers=mask_layers)
         self.masking, self.mask_ratio, self.diversity_on = masking, mask_ratio, diversity_on
         self.standardize, self.shuffle, self.device = standardize, shuffle, torch.device(device)
+        self.optimizer, self.progress = optimizer, progress
         self.model: MCM | None = None
         self.history: list[dict[str, float]] = []
+
+    def build_model(self, num_features: int, generator: torch.Generator | None = None) -> MCM:
+        """The untrained MCM this detector fits on rows of `num_features` columns."""
+        return MCM(num_features, self.num_masks, self.hidden_dim, self.latent_dim, **self.layers,
+                   masking=self.masking, mask_ratio=self.mask_ratio, generator=generator)
 
     def _scaled(self, x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy((x - self.mean_) / self.std_).to(self.device)
@@ -70,13 +79,14 @@ class MCMDetector:
         gen = torch.Generator().manual_seed(self.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            self.model = MCM(x.shape[1], self.num_masks, self.hidden_dim, self.latent_dim, **self.layers,
-                             masking=self.masking, mask_ratio=self.mask_ratio, generator=gen).to(self.device)
-        opt = torch.optim.Adam(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+            self.model = self.build_model(x.shape[1], gen).to(self.device)
+        params = self.model.parameters()
+        opt = (self.optimizer(params) if self.optimizer is not None
+               else torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay))
         sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=self.lr_gamma)
         self.model.train()
         self.history = []
-        for epoch in range(self.epochs):
+        for epoch in tqdm(range(self.epochs), desc="MCM epochs", disable=not self.progress):
             order = torch.randperm(len(data), generator=gen) if self.shuffle else torch.arange(len(data))
             for start in range(0, len(data), self.batch_size):
                 batch = data[order[start:start + self.batch_size].to(self.device)]     # (b, d)

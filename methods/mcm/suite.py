@@ -7,8 +7,9 @@ from typing import Callable
 
 import numpy as np
 
+from common.config import UserError
 from common.data.tabular import load_tabular, one_class_split
-from methods.mcm.metrics import auprc, auroc
+from common.eval import auprc, auroc
 
 
 def table_split(name: str, root: str | Path = "data", download: bool = False, max_train: int | None = None,
@@ -22,20 +23,29 @@ def table_split(name: str, root: str | Path = "data", download: bool = False, ma
     return x_train, x_test, y_test
 
 
-def score_detector(detector, x_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray) -> dict[str, float]:
-    """Fit on the normal training rows, score the test rows: {'auprc', 'auroc'}."""
-    scores = detector.fit(x_train).decision_function(x_test)
-    return {"auprc": auprc(y_test, scores), "auroc": auroc(y_test, scores)}
+def score_detector(detector, x_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+                   log: Callable[[dict], None] | None = None) -> dict[str, float]:
+    """Fit on the normal training rows, score the test rows: {'auprc', 'auroc'}. `log` receives
+    the training curve of detectors that have one (MCM's per-epoch losses)."""
+    scores = detector.fit(x_train, log=log).decision_function(x_test)
+    return {"auprc": auprc(scores, y_test), "auroc": auroc(scores, y_test)}
 
 
 def score_suite(make_detector: Callable[[], object], names: list[str], root: str | Path = "data",
-                download: bool = False, max_train: dict[str, int] | None = None) -> dict[str, float]:
+                download: bool = False, max_train: dict[str, int] | None = None, split_seed: int = 0,
+                num_features: dict[str, int] | None = None,
+                log: Callable[[dict], None] | None = None) -> dict[str, float]:
     """A fresh detector per table: auprc_<name>, auroc_<name>, and auprc_mean / auroc_mean over
-    `names` (max_train: per-table cap on training rows, e.g. {'satellite': 2000})."""
+    `names` (max_train: per-table cap on training rows, e.g. {'satellite': 2000}; num_features:
+    the expected width of each table, checked when it loads)."""
     metrics: dict[str, float] = {}
     for name in names:
-        split = table_split(name, root, download, (max_train or {}).get(name))
-        for key, value in score_detector(make_detector(), *split).items():
+        split = table_split(name, root, download, (max_train or {}).get(name), split_seed)
+        expected = (num_features or {}).get(name)
+        if expected is not None and split[0].shape[1] != expected:
+            raise UserError(f"table '{name}' has {split[0].shape[1]} features but dataset.num_features.{name} "
+                            f"says {expected}", exit_code=2)
+        for key, value in score_detector(make_detector(), *split, log=log).items():
             metrics[f"{key}_{name}"] = value
     for key in ("auprc", "auroc"):
         metrics[f"{key}_mean"] = float(np.mean([metrics[f"{key}_{name}"] for name in names]))
