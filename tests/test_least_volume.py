@@ -337,3 +337,32 @@ def test_manifold_is_three_dimensional_and_fixed():
     jac = torch.autograd.functional.jacobian(manifold_map(), torch.zeros(1, 3)).reshape(32, 3)
     sv = torch.linalg.svdvals(jac)
     assert sv.min() > 1e-2
+
+
+def test_penalized_autoencoder_step_is_the_least_volume_loss():
+    """What the shared Trainer minimises is J + λ·L_vol, the objective `fit_autoencoder` uses."""
+    from methods.least_volume import PenalizedAutoencoder, least_volume_loss
+
+    torch.manual_seed(0)
+    ae = LeastVolumeAE(6, 3, hidden=(8,)).eval()   # eval: spectral norm's power iteration holds still
+    x = torch.rand(10, 6)
+    loss, logs = PenalizedAutoencoder(ae, "volume", weight=0.3, eta=2.0, reconstruction="bce").training_step(x)
+    x_hat, z = ae(x)
+    expected = least_volume_loss(x_hat, x, z, 0.3, lambda t: volume_penalty(t, 2.0))
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert logs["penalty"].item() == pytest.approx(volume_penalty(z, 2.0).item(), rel=1e-6)
+    plain, _ = PenalizedAutoencoder(ae, "volume", weight=0.0).training_step(x)
+    assert plain.item() == pytest.approx(torch.nn.functional.binary_cross_entropy(x_hat, x).item(), rel=1e-6)
+
+
+def test_run_config_builds_the_model_and_rejects_unknown_penalties(compose_cfg):
+    from common.config import UserError
+    from methods.least_volume import build, run
+
+    cfg = compose_cfg(["experiment=least_volume_smoke"])
+    model = build(cfg)
+    assert isinstance(model, LeastVolumeAE)
+    assert model(torch.rand(4, cfg.method.model.in_dim))[1].shape == (4, cfg.method.model.latent_dim)
+    cfg.method.penalty = "volumes"
+    with pytest.raises(UserError, match="method.penalty"):
+        run(cfg, None)

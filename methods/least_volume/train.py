@@ -87,3 +87,22 @@ def evaluate(encode, decode, x: torch.Tensor, keep=(8,), rel_tol: float = 0.05, 
     if knn_train is not None and y is not None:
         out["knn_acc"] = knn_accuracy(encode(knn_train[0]), knn_train[1], z, y, neighbours)
     return out
+
+
+class PenalizedAutoencoder(torch.nn.Module):
+    """What the shared Trainer trains: `training_step(x) -> (J + λ·P(e(x)), logs)` around an
+    autoencoder (x (n, D) -> (x̂, z (n, m))); the same objective as `fit_autoencoder`."""
+
+    def __init__(self, autoencoder: torch.nn.Module, penalty: str = "volume", weight: float = 1e-2,
+                 eta: float = 1.0, reconstruction: str = "bce"):
+        super().__init__()
+        if reconstruction not in RECONSTRUCTIONS:
+            raise ValueError(f"reconstruction must be 'bce' or 'mse', got {reconstruction!r}.")
+        self.autoencoder, self.weight = autoencoder, weight
+        self.penalty, self.reconstruction = penalty_fn(penalty, eta), RECONSTRUCTIONS[reconstruction]
+
+    def training_step(self, x: torch.Tensor):
+        x_hat, z = self.autoencoder(x)
+        rec, pen = self.reconstruction(x_hat, x), self.penalty(z)
+        loss = rec + self.weight * pen if self.weight else rec
+        return loss, {"rec": rec.detach(), "penalty": pen.detach()}
