@@ -1,6 +1,6 @@
 """Re-check a method's headline table:
 
-    python scripts/reproduce.py <method> --tier {smoke,mini,paper} [--check] [--fresh] [--seeds 100,101,102] [override ...]
+    python scripts/reproduce.py <method> --tier {smoke,mini,paper} [--check] [--fresh] [--seeds 100,101,102] [--only EXP] [override ...]
     python scripts/reproduce.py --ci-plan [--budget-min 35]      what CI would re-run, and its minutes
     python scripts/reproduce.py --ci [--budget-min 35]           run that plan (CI), exit 1 on a failed claim
     python scripts/reproduce.py <method> --tier paper --dry-run  build every paper-tier model on the meta device
@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="rerun even when a matching run exists")
     parser.add_argument("--headline", action="store_true",
                         help="only <method>_<tier>.yaml, print and check, write nothing (CI)")
+    parser.add_argument("--only", type=lambda s: s.split(","), metavar="EXP[,EXP]",
+                        help="run and publish only these tables of the tier (the record keeps the others)")
     parser.add_argument("--seeds", type=seed_list, help="held-out seeds, e.g. 100,101,102")
     parser.add_argument("--ci-plan", action="store_true", help="print what CI would re-run")
     parser.add_argument("--ci", action="store_true", help="run the CI plan; exit 1 when a claim fails")
@@ -71,7 +73,7 @@ def main() -> None:
                 gpu_smoke(args.method, args.gpu_smoke, args.overrides)
         from common.reproduce import reproduce
 
-        return reproduce(args.method, args.tier, args.check, args.overrides, args.fresh, args.headline, args.seeds)
+        return reproduce(args.method, args.tier, args.check, args.overrides, args.fresh, args.headline, args.seeds, args.only)
 
     sys.exit(guarded(job, args.debug))
 

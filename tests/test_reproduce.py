@@ -144,3 +144,27 @@ def test_a_run_reporting_several_rows_counts_once_in_the_table_cost():
     table = TableResult(experiment="x", seeds=[0, 1, 2], metrics=["acc"], runs=runs)
     assert sorted(runs) == ["a", "b"] and table.cpu_minutes() == pytest.approx(3 * 96 / 60)
     assert table.wall_s() == pytest.approx(180.0) and estimated_minutes(runs) == pytest.approx(3.0)
+
+
+def test_publishing_some_tables_keeps_the_records_other_tables(tmp_path, monkeypatch):
+    import importlib
+    import json
+
+    from common.reproduce.record import TableResult
+
+    pub = importlib.import_module("common.reproduce.publish")     # the module, not the function it exports
+    monkeypatch.setattr(pub, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(pub.results, "update_readmes", lambda *a: None)
+    monkeypatch.setattr(pub, "write_status_pages", lambda *a: None)
+    monkeypatch.setattr(pub, "plot_curves", lambda *a, **k: None)
+    monkeypatch.setattr(pub, "copy_figures", lambda *a, **k: [])
+
+    def table(name, acc):
+        return TableResult(experiment=name, seeds=[0], metrics=["acc"], runs={"r": [{"seed": 0, "acc": acc}]})
+
+    pub.publish("m", "mini", [table("m_mini", 1.0), table("m_mini_extra", 2.0)], "cmd", {})
+    pub.publish("m", "mini", [table("m_mini", 3.0)], "cmd", {}, keep_others=True)
+    record = json.loads((tmp_path / "m_mini.json").read_text())
+    assert [(t["experiment"], t["runs"]["r"][0]["acc"]) for t in record["tables"]] == [("m_mini", 3.0), ("m_mini_extra", 2.0)]
+    pub.publish("m", "mini", [table("m_mini", 4.0)], "cmd", {})
+    assert [t["experiment"] for t in json.loads((tmp_path / "m_mini.json").read_text())["tables"]] == ["m_mini"]

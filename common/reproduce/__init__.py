@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hydra import initialize_config_dir
 
-from common.config import CONFIG_DIR
+from common.config import CONFIG_DIR, UserError
 from common.reproduce.claims import PASS
 from common.reproduce.fingerprint import table_fingerprint
 from common.reproduce.publish import publish
@@ -31,13 +31,19 @@ def verdict(tables: list[TableResult], log=print) -> int:
 
 
 def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool = False,
-              headline: bool = False, seeds: list[int] | None = None) -> int:
+              headline: bool = False, seeds: list[int] | None = None, only: list[str] | None = None) -> int:
     """Run the tier's tables (with `seeds`: the held-out re-run, tables with claims only), judge
-    their claims, publish them (unless `headline`: print and check only, as CI does)."""
+    their claims, publish them (unless `headline`: print and check only, as CI does). `only`: these
+experiments of the tier, the record's other tables kept as they are."""
     command = f"python scripts/reproduce.py {method} --tier {tier}" + (
         f" --seeds {','.join(map(str, seeds))}" if seeds else "") + "".join(f" {o}" for o in extra)
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         names = experiments(method, tier, headline)
+        if only:
+            unknown = sorted(set(only) - set(names))
+            if unknown:
+                raise UserError(f"--only {unknown}: not among {method}'s {tier} tables {names}", exit_code=2)
+            names = [n for n in names if n in only]
         tables = []
         for name in names:
             if seeds is not None and not _has_claims(name, extra):
@@ -48,7 +54,7 @@ def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool
     if headline:
         print(markdown(method, tier, tables, command))
     else:
-        print(publish(method, tier, tables, command, fingerprints))
+        print(publish(method, tier, tables, command, fingerprints, keep_others=bool(only)))
     code = verdict(tables)
     return code if check else 0
 

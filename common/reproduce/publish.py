@@ -19,11 +19,19 @@ def stem(method: str, tier: str, held_out: bool) -> str:
     return f"{method}_{tier}" + ("_heldout" if held_out else "")
 
 
-def publish(method: str, tier: str, tables: list[TableResult], command: str, fingerprints: dict) -> str:
-    """Write results/, update the README regions and the status pages; return the Markdown."""
+def publish(method: str, tier: str, tables: list[TableResult], command: str, fingerprints: dict,
+            keep_others: bool = False) -> str:
+    """Write results/, update the README regions and the status pages; return the Markdown.
+    `keep_others`: the tables re-run replace theirs in the record; its other tables stay as recorded."""
     held_out = any(t.held_out for t in tables)
     RESULTS_DIR.mkdir(exist_ok=True)
-    for t in tables:
+    fresh = list(tables)
+    old_path = RESULTS_DIR / f"{stem(method, tier, held_out)}.json"
+    if keep_others and old_path.exists():
+        ran = {t.experiment for t in tables}
+        kept = [TableResult.from_dict(d) for d in json.loads(old_path.read_text())["tables"] if d["experiment"] not in ran]
+        tables = sorted(tables + kept, key=lambda t: (t.experiment != f"{method}_{tier}", t.experiment))
+    for t in fresh:
         name = t.experiment + ("_heldout" if held_out else "")
         plot = plot_curves(t.runs, RESULTS_DIR / f"{name}.png", name)
         t.plot = str(plot) if plot else None
