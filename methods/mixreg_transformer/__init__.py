@@ -1,14 +1,79 @@
 """Transformers learn regression mixtures in context, near Bayes-optimal (Pathak et al., ICLR 2024). See README.md."""
 from __future__ import annotations
 
+import json
+
+from hydra.utils import instantiate
+
+from common import tasks
+from methods.mixreg_transformer import stages
 from methods.mixreg_transformer.em import batch_em, em_step
 from methods.mixreg_transformer.loss import normalized_sq_error, prompt_loss
 from methods.mixreg_transformer.mixture import MixtureOfRegressions
 from methods.mixreg_transformer.model import MixRegTransformer, interleave
+from methods.mixreg_transformer.plots import nmse_vs_position
 from methods.mixreg_transformer.procedures import (argmin_predictions, component_weights, ols_predictions,
                                                    posterior_mean_predictions, posterior_weights,
                                                    prefix_sq_residuals)
 
+
+def build(cfg) -> MixRegTransformer:
+    """The transformer from the config alone; its x width is the mixture's dimension."""
+    return instantiate(cfg.method.model, dim=cfg.dataset.mixture.dim)
+
+
+def training_prompts(cfg, ctx, mixture: MixtureOfRegressions):
+    """(batch_fn(step) on this rank's device, (xs, ys) of the prompts EM is fitted on). Fresh
+    prompts every step, or with `dataset.train_prompts` a fixed set drawn once (sample efficiency);
+    EM sees the first `method.em_prompts` prompts the transformer saw, in the order it saw them."""
+    batch, length = int(cfg.trainer.batch_size), int(cfg.dataset.prompt_length)
+    fresh = stages.fresh_prompt_batches(mixture, batch, length, ctx.seed)
+    if cfg.dataset.train_prompts is None:
+        prompts = stages.fresh_prompt_batches(mixture, batch, length, ctx.seed, ctx.hw.rank, ctx.hw.world_size)
+        seen = max(int(cfg.trainer.max_steps), 1) * batch       # never more than the transformer saw
+        em_data = stages.seen_prompts(fresh, min(int(cfg.method.em_prompts), seen))
+    else:
+        fixed_xs, fixed_ys = stages.seen_prompts(fresh, int(cfg.dataset.train_prompts))
+        prompts = stages.fixed_prompt_batches(fixed_xs, fixed_ys, batch, ctx.seed,
+                                              ctx.hw.rank, ctx.hw.world_size)
+        em_data = fixed_xs[:int(cfg.method.em_prompts)], fixed_ys[:int(cfg.method.em_prompts)]
+
+    def batch_fn(step: int):
+        xs, ys = prompts(step)
+        return xs.to(ctx.device), ys.to(ctx.device)
+    return batch_fn, em_data
+
+
+def run(cfg, ctx) -> dict[str, float]:
+    """Train the transformer on prompts of the seed's mixture (the shared Trainer), fit EM on
+    the prompts it saw, then score every procedure on the same evaluation prompts: metrics named
+    `<procedure>/<metric>` (rows transformer, posterior_mean, argmin, ols, em)."""
+    data = cfg.dataset
+    mixture = instantiate(data.mixture, seed=ctx.seed)
+    batch_fn, (em_xs, em_ys) = training_prompts(cfg, ctx, mixture)
+    em_components = batch_em(em_xs, em_ys, mixture.num_components, mixture.noise_std,
+                             iters=int(cfg.method.em_iters), seed=stages.stream_seed(ctx.seed, stages.EM_STREAM))
+    xs, ys, _ = stages.test_prompts(mixture, int(data.eval_prompts), int(data.prompt_length), ctx.seed,
+                                    split=data.eval_split)
+
+    def evaluate(model) -> dict[str, float]:
+        predictions = stages.all_predictions(xs, ys, mixture.components, mixture.noise_std, model=model,
+                                             em_components=em_components)
+        if ctx.hw.is_main:
+            curves = stages.nmse_curves(predictions, ys, mixture.dim)
+            (ctx.run_dir / "nmse_curves.json").write_text(json.dumps({k: v.tolist() for k, v in curves.items()}))
+            nmse_vs_position(curves, ctx.run_dir / "nmse_vs_position.png",
+                             f"d = {mixture.dim}, m = {mixture.num_components}, σ = {mixture.noise_std:g} ({data.eval_split})",
+                             noise_floor=mixture.noise_std ** 2 / mixture.dim)
+        return {f"{name}/{key}": value for name, row in stages.procedure_metrics(predictions, ys, mixture.dim).items()
+                for key, value in row.items()}
+
+    metrics = tasks.fit_and_evaluate(ctx, build(cfg), batch_fn, evaluate)
+    if "train_loss" in metrics:   # the transformer's, so it lands in its row
+        metrics["transformer/train_loss"] = metrics.pop("train_loss")
+    return metrics
+
+
 __all__ = ["MixtureOfRegressions", "posterior_weights", "posterior_mean_predictions", "argmin_predictions",
            "ols_predictions", "batch_em", "MixRegTransformer", "component_weights", "prefix_sq_residuals",
-           "em_step", "interleave", "prompt_loss", "normalized_sq_error"]
+           "em_step", "interleave", "prompt_loss", "normalized_sq_error", "build", "run"]

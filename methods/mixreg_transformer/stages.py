@@ -13,7 +13,10 @@ from methods.mixreg_transformer.loss import normalized_sq_error
 from methods.mixreg_transformer.mixture import MixtureOfRegressions
 from methods.mixreg_transformer.procedures import argmin_predictions, ols_predictions, posterior_mean_predictions
 
-TEST_STREAM, TRAIN_STREAM = 0, 1
+# independent streams of the run seed; EM's initial draw must not reuse the seed that drew the
+# mixture (the same generator state would start EM at the true components)
+TEST_STREAM, TRAIN_STREAM, VAL_STREAM, EM_STREAM = 0, 1, 2, 3
+EVAL_STREAMS = {"test": TEST_STREAM, "val": VAL_STREAM}
 REFERENCES = {"dist_pm": "posterior_mean", "dist_argmin": "argmin", "dist_ols": "ols"}
 
 
@@ -23,13 +26,17 @@ def stream_seed(seed: int, *keys: int) -> int:
 
 
 def fresh_prompt_batches(mixture: MixtureOfRegressions, batch: int, length: int, seed: int,
-                         rank: int = 0) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    """batch_fn(step) -> (xs (batch, length, d), ys (batch, length)): new prompts at every step,
-    a pure function of (seed, step, rank), so a resumed run sees the same prompts."""
+                         rank: int = 0, world_size: int = 1) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """batch_fn(step) -> (xs (batch / world_size, length, d), ys (batch / world_size, length)):
+    this rank's share of `batch` new prompts at every step, a pure function of (seed, step), so a
+    resumed run sees the same prompts and N ranks together see exactly one process's prompts."""
+    if batch % world_size:
+        raise ValueError(f"batch {batch} is not divisible by the {world_size} ranks")
+
     def batch_fn(step: int):
-        gen = torch.Generator().manual_seed(stream_seed(seed, TRAIN_STREAM, step, rank))
+        gen = torch.Generator().manual_seed(stream_seed(seed, TRAIN_STREAM, step))
         xs, ys, _ = mixture.sample(batch, length, gen)
-        return xs, ys
+        return xs[rank::world_size], ys[rank::world_size]
     return batch_fn
 
 
@@ -55,9 +62,12 @@ def seen_prompts(batch_fn: Callable[[int], tuple], num_prompts: int) -> tuple[to
     return torch.cat(xs)[:num_prompts], torch.cat(ys)[:num_prompts]
 
 
-def test_prompts(mixture: MixtureOfRegressions, num_prompts: int, length: int, seed: int):
-    """(xs, ys, component) from a stream of the run seed that training never draws from."""
-    gen = torch.Generator().manual_seed(stream_seed(seed, TEST_STREAM))
+def test_prompts(mixture: MixtureOfRegressions, num_prompts: int, length: int, seed: int, split: str = "test"):
+    """(xs, ys, component) from a stream of the run seed that training never draws from: the
+    test prompts, or with split="val" the validation prompts that choose hyper-parameters."""
+    if split not in EVAL_STREAMS:
+        raise ValueError(f"split must be one of {sorted(EVAL_STREAMS)}, got '{split}'")
+    gen = torch.Generator().manual_seed(stream_seed(seed, EVAL_STREAMS[split]))
     return mixture.sample(num_prompts, length, gen)
 
 
@@ -96,13 +106,17 @@ def nmse_curves(predictions: dict, ys: torch.Tensor, dim: int) -> dict[str, np.n
 
 
 def procedure_metrics(predictions: dict, ys: torch.Tensor, dim: int) -> dict[str, dict[str, float]]:
-    """{procedure: {nmse, nmse_last, dist_pm, dist_argmin, dist_ols}}. nmse and dist_* average
-    positions 1..k-1 (position 0 has no examples); nmse_last is position k-1."""
+    """{procedure: {nmse, nmse_last, nmse_median, dist_pm, dist_argmin, dist_ols}}. nmse and
+    dist_* average positions 1..k-1 (position 0 has no examples); nmse_last is position k-1;
+    nmse_median is the median over prompts of each prompt's error averaged over positions 1..k-1,
+    a statistic that OLS's heavy tail near i = d (a near-singular prefix) does not dominate."""
     out = {}
     for name, p in predictions.items():
         p = p.double()
         curve = normalized_sq_error(p, ys.double(), dim)
-        row = {"nmse": float(curve[1:].mean()), "nmse_last": float(curve[-1])}
+        per_prompt = (p - ys.double())[:, 1:].square().mean(1) / dim                # (B,)
+        row = {"nmse": float(curve[1:].mean()), "nmse_last": float(curve[-1]),
+               "nmse_median": float(per_prompt.quantile(0.5))}
         for key, ref in REFERENCES.items():
             if ref in predictions:
                 row[key] = float(normalized_sq_error(p, predictions[ref].double(), dim)[1:].mean())
