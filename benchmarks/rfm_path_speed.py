@@ -30,7 +30,7 @@ def simulated_path(manifold, x0, x1, t):
 def main():
     torch.manual_seed(0)
     sphere = Sphere()
-    field = VectorField(sphere, 256, 4).double()
+    field = VectorField(sphere, 256, 4)
     opt = torch.optim.AdamW(field.parameters(), lr=1e-3)
     x1 = sphere.random_uniform(BATCH)
 

@@ -1,32 +1,57 @@
-"""Wall time of VCAS's backward through transformer blocks at fixed keep ratios, as ratios
-against exact autograd in the same process (two timm ViT blocks, T = 196 tokens, batch 64).
+"""Wall time of VCAS's sampled backward against exact autograd, measured in the same process.
 
-The sampled path runs the forward without a graph and, in the backward, recomputes the
-block on the kept samples only (the gather): its backward therefore includes a forward
-over ρ·N samples, which is why ρ = ν = 1 costs more than exact.
+1. Transformer blocks (timm ViT blocks, T = 196 tokens, batch 32) at fixed keep ratios ρ = ν:
+   forward and backward time over exact's. The sampled path keeps the exact forward graph and
+   samples in the backward (no recomputation), so ρ = ν = 1 should cost what exact costs.
+2. End to end: a full training step (forward, backward, AdamW) of the mini-tier ViT
+   (configs/method/vcas.yaml: d = 64, 4 blocks, 16 tokens, batch 128), exact against VCAS at
+   ρ = ν = 1 and at the ratios the controller reached in the mini table (results/vcas_mini.json,
+   mean over seeds), with and without the controller's own passes at the table's cadence.
 
-    python benchmarks/vcas_backward.py [--quick] -> table + benchmarks/results/vcas_backward.json
+Times are CPU seconds of this one-thread process (time.process_time): on an idle machine the
+same as wall time, and unlike wall time not inflated by the other jobs of a shared machine.
+
+    python benchmarks/vcas_backward.py [--quick] -> tables + benchmarks/results/vcas_backward.json
 """
 import argparse
 import copy
+import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from timm.models.vision_transformer import Block  # noqa: E402
 from torch import nn  # noqa: E402
 
 from benchmarks.common_bench import save  # noqa: E402
-from methods.vcas.sampling import SamplingState, install  # noqa: E402
+from common.nn import ViTClassifier  # noqa: E402
+from methods.vcas import Sampled, install  # noqa: E402
 
-TOKENS, BATCH, DEPTH, RATIOS = 196, 64, 2, (1.0, 0.5, 0.25)
+TOKENS, BATCH, DEPTH, RATIOS = 196, 32, 2, (1.0, 0.5, 0.25)
+CLOCK = time.process_time
+MINI_BATCH = 128
 
 
-def case(dim: int, repeats: int) -> dict:
+def _median_times(models: dict, run, repeats: int) -> dict:
+    """Median seconds of run(model) -> (forward s, backward s); variants alternate within a round,
+    round 0 warms up."""
+    times = {k: ([], []) for k in models}
+    for rep in range(repeats + 1):
+        for k, m in models.items():
+            f, b = run(m)
+            if rep:
+                times[k][0].append(f)
+                times[k][1].append(b)
+    return {k: (statistics.median(f), statistics.median(b)) for k, (f, b) in times.items()}
+
+
+def blocks_case(dim: int, repeats: int) -> dict:
     torch.manual_seed(0)
     exact = nn.Sequential(*[Block(dim, num_heads=dim // 64, mlp_ratio=4.0) for _ in range(DEPTH)])
     x = torch.randn(BATCH, TOKENS, dim, requires_grad=True)
@@ -34,40 +59,105 @@ def case(dim: int, repeats: int) -> dict:
     models = {"exact": exact}
     for r in RATIOS:
         m = copy.deepcopy(exact)
-        install(m, SamplingState(DEPTH, rho=[r] * DEPTH, nu=[r] * DEPTH))
+        state = install(m)
+        state.rho, state.nu = [r] * state.num_blocks, [r] * state.num_linears
         models[f"rho=nu={r:g}"] = m
-    times = {k: ([], []) for k in models}
-    for rep in range(repeats + 1):            # round 0 warms up; variants alternate within a round
-        for k, m in models.items():
-            t0 = time.perf_counter()
-            y = m(x)
-            t1 = time.perf_counter()
-            torch.autograd.backward(y, gy)
-            t2 = time.perf_counter()
-            x.grad = None
-            m.zero_grad(set_to_none=True)
-            if rep:
-                times[k][0].append(t1 - t0)
-                times[k][1].append(t2 - t1)
-    med = {k: (statistics.median(f), statistics.median(b)) for k, (f, b) in times.items()}
+
+    def run(m):
+        t0 = CLOCK()
+        y = m(x)
+        t1 = CLOCK()
+        torch.autograd.backward(y, gy)
+        t2 = CLOCK()
+        x.grad = None
+        m.zero_grad(set_to_none=True)
+        return t1 - t0, t2 - t1
+
+    med = _median_times(models, run, repeats)
     fe, be = med["exact"]
     return {k: {"forward_s": f, "backward_s": b, "backward_ratio": b / be, "step_ratio": (f + b) / (fe + be)}
             for k, (f, b) in med.items()}
 
 
+def mini_ratios() -> tuple[list[float], list[float], int, int]:
+    """ρ per block and ν per linear the controller reached in the mini table (seed mean), and its cadence."""
+    import yaml
+    cfg = yaml.safe_load((ROOT / "configs/experiment/vcas_mini.yaml").read_text())
+    every = cfg["method"]["model"]["every"]
+    rhos, nus = [], []
+    try:
+        runs = json.loads((ROOT / "results/vcas_mini.json").read_text())["tables"][0]["runs"]["vcas"]
+        for r in runs:
+            state = torch.load(ROOT / r["run_dir"] / "checkpoint.pt", map_location="cpu", weights_only=True)["model"]
+            rhos.append(state["rho"])
+            nus.append(state["nu"])
+    except (OSError, KeyError, IndexError, RuntimeError):   # no mini table run here yet: typical ratios
+        return [0.8] * 4, [0.3] * 16, every, 2
+    return torch.stack(rhos).mean(0).tolist(), torch.stack(nus).mean(0).tolist(), every, 2
+
+
+def end_to_end(repeats: int, steps: int) -> dict:
+    """ms per training step of the mini ViT: `steps` consecutive AdamW steps per measurement."""
+    rho, nu, every, m = mini_ratios()
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (MINI_BATCH, 1, 28, 28), dtype=torch.uint8)
+    y = torch.randint(0, 10, (MINI_BATCH,))
+    batch = (x, y)
+
+    def make(mode, rho_l=None, nu_l=None, controller=False):
+        torch.manual_seed(0)
+        net = ViTClassifier(28, 1, 10, patch_size=7, dim=64, depth=4, heads=4)
+        model = Sampled(net, net.blocks, mode=mode, every=every if controller else 10**9, m=m)
+        if mode == "vcas":
+            model.rho.copy_(torch.tensor(rho_l))
+            model.nu.copy_(torch.tensor(nu_l))
+            model.controller.update = lambda est: None        # hold the ratios fixed
+            model.controller_batches = lambda step: [batch] * m
+        return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    models = {"exact": make("exact"), "rho=nu=1": make("vcas", [1.0] * 4, [1.0] * 16),
+              "mini ratios": make("vcas", rho, nu),
+              f"mini ratios + controller every {every}": make("vcas", rho, nu, controller=True)}
+
+    def run(pair):
+        model, opt = pair
+        t0 = CLOCK()
+        for _ in range(steps):
+            loss, _ = model.training_step(batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return (CLOCK() - t0) / steps, 0.0
+
+    med = _median_times(models, run, repeats)
+    base = med["exact"][0]
+    out = {k: {"step_ms": 1e3 * t, "step_ratio": t / base} for k, (t, _) in med.items()}
+    for k, (model, _) in models.items():
+        out[k]["flops_reduction"] = model.flops_reduction()["flops_reduction"]
+    return {"rho": rho, "nu_mean": sum(nu) / len(nu), "every": every, "cases": out}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="d = 384 only, 2 repeats")
+    ap.add_argument("--quick", action="store_true", help="d = 384 only, 2 repeats, short end-to-end")
     args = ap.parse_args()
+    torch.set_num_threads(1)
     dims, repeats = ((384,), 2) if args.quick else ((384, 768), 3)
     payload = {"tokens": TOKENS, "batch": BATCH, "depth": DEPTH, "threads": torch.get_num_threads(),
-               "device": "cpu", "cases": {}}
+               "device": "cpu", "blocks": {}}
     lines = ["| d | keep ratios | backward s | backward / exact | fwd+bwd / exact |", "|---|---|---|---|---|"]
     for d in dims:
-        res = case(d, repeats)
-        payload["cases"][str(d)] = res
+        res = blocks_case(d, repeats)
+        payload["blocks"][str(d)] = res
         for k, r in res.items():
             lines.append(f"| {d} | {k} | {r['backward_s']:.3f} | {r['backward_ratio']:.2f} | {r['step_ratio']:.2f} |")
+    e2e = end_to_end(repeats, 5 if args.quick else 20)
+    payload["mini_step"] = e2e
+    lines += ["", f"Mini ViT training step (batch {MINI_BATCH}; mini-table ratios: ρ = "
+              f"{', '.join(f'{r:.2f}' for r in e2e['rho'])}, mean ν = {e2e['nu_mean']:.2f}):", "",
+              "| variant | ms / step | / exact | FLOPs saved % |", "|---|---|---|---|"]
+    for k, r in e2e["cases"].items():
+        lines.append(f"| {k} | {r['step_ms']:.1f} | {r['step_ratio']:.2f} | {r['flops_reduction']:.1f} |")
     table = "\n".join(lines)
     print(table)
     save("vcas_backward", payload, table)

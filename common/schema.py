@@ -104,6 +104,7 @@ class ScheduleSchema:
 @dataclass
 class TrainerSchema:
     max_steps: int = spec(int, ge=0)
+    epochs: int = spec(int, ge=1)          # a method's own loop over its data (blockwise: BESA)
     batch_size: int = spec(int, ge=1)
     grad_accum: int = spec(int, ge=1)
     clip_grad: float = spec(float, gt=0, optional=True)

@@ -8,7 +8,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("WANDB_MODE", "offline")
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# one thread per pytest-xdist worker (two workers on two cores), else at most two
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
 
 
 def has_fashion_mnist() -> bool:

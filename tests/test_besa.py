@@ -1,11 +1,15 @@
 """BESA and its baselines: the soft mask and its straight-through gradient, per-row counts,
-Wanda and SparseGPT against slow references, and zero counts of a pruned (tiny) Llama."""
+Wanda and SparseGPT against slow references, zero counts of a pruned (tiny) Llama, BESA's block
+error below Wanda's, and the public API's defaults against the paper and the configs."""
+import copy
+import inspect
+
 import pytest
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
-from methods.besa import BesaLinear, magnitude, overall_sparsity, perplexity, prune, sparsegpt, wanda
+from common.eval import perplexity
+from methods.besa import BesaLinear, magnitude, output_error, overall_sparsity, prune, sparsegpt, wanda
 
 
 def test_soft_mask_matches_definition_and_straight_through():
@@ -106,12 +110,10 @@ def tiny_llama():
 
 @pytest.mark.parametrize("method", ["magnitude", "wanda", "sparsegpt", "besa"])
 def test_pruned_model_zero_count_equals_reported(tiny_llama, method):
-    import copy
     model = copy.deepcopy(tiny_llama)
     ids = torch.randint(0, 64, (8, 16))
-    besa = OmegaConf.create({"candidates": 100, "lr": 0.05, "epochs": 2, "lam": 5.0})
-    before = perplexity(model, ids)
-    report = prune(model, ids, 0.5, method, batch=4, besa=besa, progress=False)
+    before = perplexity(model, ids, batch_size=4)
+    report = prune(model, ids, 0.5, method, batch_size=4, epochs=2, progress=False)
     layer_sp = {k: v for k, v in report.items() if k != "seconds_per_block"}
     assert len(layer_sp) == 2 * 7
     numel = {f"{i}.{n}": m.weight.numel() for i, l in enumerate(model.model.layers)
@@ -121,9 +123,84 @@ def test_pruned_model_zero_count_equals_reported(tiny_llama, method):
     assert overall_sparsity(model) == pytest.approx(0.5, abs=0.02)
     if method != "besa":
         assert all(v == pytest.approx(0.5, abs=0.01) for v in layer_sp.values())
-    assert perplexity(model, ids) != before
+    assert perplexity(model, ids, batch_size=4) != before
 
 
 def test_bad_method_is_a_clear_error(tiny_llama):
     with pytest.raises(ValueError, match="method must be one of"):
         prune(tiny_llama, torch.zeros(2, 4, dtype=torch.long), 0.5, "random")
+
+
+def test_public_api_has_the_papers_defaults_and_the_configs_agree(compose_cfg):
+    """D = 100 candidates, λ = 5, one epoch at batch 1 (BESA section 5.1; official main.py:
+    --sparsity-step 0.01, --sparsity-beta 5, --epochs 1, --prune-batch-size 1)."""
+    defaults = {k: p.default for k, p in inspect.signature(prune).parameters.items()}
+    assert defaults["sparsity"] == 0.5 and defaults["method"] == "besa"
+    assert (defaults["candidates"], defaults["lam"], defaults["epochs"], defaults["batch_size"]) == (100, 5.0, 1, 1)
+    cfg = compose_cfg(["method=besa"])
+    assert {k: cfg.method.pruner[k] for k in ("method", "sparsity", "candidates", "lam")} == {
+        k: defaults[k] for k in ("method", "sparsity", "candidates", "lam")}
+    assert (cfg.trainer.epochs, cfg.trainer.batch_size) == (defaults["epochs"], defaults["batch_size"])
+    assert cfg.trainer.optimizer._target_ == "torch.optim.Adam" and cfg.trainer.optimizer.lr == 0.05
+
+
+def test_prune_runs_with_its_defaults(tiny_llama):
+    model = copy.deepcopy(tiny_llama)
+    prune(model, torch.randint(0, 64, (4, 16)), progress=False)   # BESA at 50%, the paper's settings
+    assert overall_sparsity(model) == pytest.approx(0.5, abs=0.03)
+
+
+def test_trainer_optimizer_is_what_besa_trains_with(compose_cfg, tiny_llama):
+    """trainer.optimizer (and epochs, batch_size) reach BESA's loop: an lr that is not a no-op."""
+    from methods.besa import build_pruner
+
+    cfg = compose_cfg(["method=besa", "trainer.optimizer._target_=torch.optim.SGD", "trainer.optimizer.lr=0.123",
+                       "trainer.epochs=2", "trainer.batch_size=3", "trainer.progress=false"])
+    pruner = build_pruner(cfg)
+    assert {k: pruner.keywords[k] for k in ("epochs", "batch_size", "progress", "lam", "candidates")} == {
+        "epochs": 2, "batch_size": 3, "progress": False, "lam": 5.0, "candidates": 100}
+    opt = pruner.keywords["optimizer"]([nn.Parameter(torch.zeros(2))])
+    assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["lr"] == 0.123
+    ids = torch.randint(0, 64, (4, 16))
+    sparsity = {}
+    for lr in (1e-6, 0.5):   # a tiny step leaves every row at its initial 50%; a large one moves them
+        model = copy.deepcopy(tiny_llama)
+        cfg.trainer.optimizer.lr = lr
+        report = build_pruner(cfg)(model, ids)
+        sparsity[lr] = sorted(v for k, v in report.items() if k != "seconds_per_block")
+    assert sparsity[1e-6] == pytest.approx([0.5] * len(sparsity[1e-6]))
+    assert sparsity[0.5] != pytest.approx(sparsity[1e-6], abs=1e-3)
+
+
+def test_besa_block_error_after_training_is_below_wandas(tiny_llama):
+    """The paper's premise (Fig. 1a): block reconstruction with learned row sparsities leaves a
+    smaller block output error than Wanda's uniform per-row pruning at the same sparsity. Both start
+    from the same ranking (BESA's θ = 0 is exactly Wanda's mask), so the block loss must go down."""
+    from methods.besa.prune import _dense_pass, _linears, _run, block_inputs, decoder_layers, train_block
+
+    torch.manual_seed(4)
+    model = copy.deepcopy(tiny_llama)
+    with torch.no_grad():   # give the block's layers unequal sensitivity, as trained LLMs have
+        for i, m in enumerate(_linears(decoder_layers(model)[0]).values()):
+            m.weight.mul_(1 + 3 * (i % 3)).add_(0.05 * torch.randn_like(m.weight) * (i % 2))
+    ids = torch.randint(0, 64, (16, 16))
+    inps, kwargs = block_inputs(model, ids, 4)
+    dense = decoder_layers(model)[0]
+    refs, stats = _dense_pass(dense, inps, kwargs, need_hessian=False)
+
+    besa_block = copy.deepcopy(dense)
+    train_block(besa_block, inps, refs, kwargs, stats, 0.5, candidates=100, lam=5.0, epochs=10,
+                optimizer=lambda p: torch.optim.Adam(p, lr=0.05))
+    lin = _linears(besa_block)
+    achieved = sum(float((m.weight == 0).sum()) for m in lin.values()) / sum(m.weight.numel() for m in lin.values())
+    assert achieved == pytest.approx(0.5, abs=0.02)
+
+    wanda_block = copy.deepcopy(dense)   # Wanda at BESA's achieved sparsity (per row ⌊s·cols⌋ ≤ BESA's zeros)
+    with torch.no_grad():
+        for n, m in _linears(wanda_block).items():
+            m.weight.copy_(wanda(m.weight, achieved, x_norm=stats[n]["sq"].sqrt().float()))
+    with torch.no_grad():
+        def error(block):
+            return sum(float(output_error(_run(block, h, kwargs), r)) for h, r in zip(inps, refs))
+        besa_err, wanda_err = error(besa_block), error(wanda_block)
+    assert besa_err < 0.9 * wanda_err, (besa_err, wanda_err)

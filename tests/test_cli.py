@@ -12,9 +12,11 @@ from tests.conftest import ROOT, needs_fashion
 SMOKES = [name for name in choices("experiment") if name.endswith("_smoke")]
 
 
-def train(*args, timeout=300):
+def train(*args, timeout=600):
+    # one thread: the golden numbers must not depend on how many cores the machine has
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "scripts/train.py", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 def _skip_without_data(experiment: str) -> None:

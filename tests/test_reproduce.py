@@ -87,3 +87,15 @@ def test_ci_plan_requires_only_stale_tables_and_rotates_the_oldest(monkeypatch):
     assert [(e.method, e.reason, e.required) for e in entries] == [
         ("b", "code changed", True), ("d", "packages changed", False), ("c", "rotation", False)]
     assert "Estimated 32.0 min for 3 tables" in ci.describe(entries, 32.0)
+
+
+def test_one_run_may_report_several_rows():
+    from common.reproduce.tables import expand_rows
+
+    runs = {"all": [{"seed": 0, "run_dir": "d", "wall_s": 1.0, "cpu_s": 2.0, "transformer/nmse": 0.1,
+                     "posterior_mean/nmse": 0.05, "steps": 3.0}]}
+    out = expand_rows(runs)
+    assert out["transformer"] == [{"seed": 0, "run_dir": "d", "wall_s": 1.0, "cpu_s": 2.0, "nmse": 0.1}]
+    assert out["posterior_mean"][0]["nmse"] == 0.05 and out["all"][0]["steps"] == 3.0
+    two = expand_rows({"a": [{"seed": 0, "x/m": 1.0}], "b": [{"seed": 0, "x/m": 2.0}]})
+    assert set(two) == {"a_x", "b_x"}

@@ -81,3 +81,16 @@ def test_a_run_in_a_process_that_ran_another_method_reports_what_a_fresh_process
                            "logger=none"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert after == json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_validation_evaluation_never_touches_test():
+    from common.tasks import evaluation_splits
+
+    x, y = torch.arange(10).view(10, 1), torch.arange(10)
+    splits = {"eval_train": (x, y), "test": (x + 100, y)}
+    fit, score = evaluation_splits(splits, OmegaConf.create({"on": "val", "val_size": 3}))
+    assert fit[0].flatten().tolist() == list(range(7)) and score[0].flatten().tolist() == [7, 8, 9]
+    fit, score = evaluation_splits(splits, OmegaConf.create({"on": "test", "val_size": 3}))
+    assert score[0].min() == 100
+    with pytest.raises(ValueError, match="val_size"):
+        evaluation_splits(splits, OmegaConf.create({"on": "val", "val_size": 10}))

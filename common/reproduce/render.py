@@ -78,8 +78,12 @@ def plot_curves(runs: dict[str, list[dict]], path: Path, title: str, key: str = 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    drawn = False
+    drawn, seen_dirs = False, set()
     for row, seeds in runs.items():
+        dirs = tuple(s["run_dir"] for s in seeds)
+        if dirs in seen_dirs:   # rows taken from one run (expand_rows) share its curve
+            continue
+        seen_dirs.add(dirs)
         curves = []
         for s in seeds:
             f = Path(s["run_dir"]) / "metrics.jsonl"
@@ -103,8 +107,11 @@ def plot_curves(runs: dict[str, list[dict]], path: Path, title: str, key: str = 
 
 def copy_figures(runs: dict[str, list[dict]], experiment: str, dest_dir: Path) -> list[str]:
     """PNGs a method wrote into the run dir of each row's first seed, copied next to the table."""
-    copied = []
+    copied, seen_dirs = [], set()
     for row, seeds in runs.items():
+        if seeds[0]["run_dir"] in seen_dirs:
+            continue
+        seen_dirs.add(seeds[0]["run_dir"])
         for png in sorted(Path(seeds[0]["run_dir"]).glob("*.png")):
             dest = dest_dir / f"{experiment}_{row}_{png.name}"
             shutil.copyfile(png, dest)

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from common.config import CONFIG_DIR, UserError
 from common.reproduce.claims import MIN_SEEDS, judge
-from common.reproduce.record import TableResult
+from common.reproduce.record import RUN_INFO, TableResult
 from common.runner import run_method
 
 _NOT_RUN_SETTINGS = ("paper", "claims", "known_failures", "table", "tuned_on")  # what a run does not read
@@ -70,6 +70,26 @@ def check_seeds(experiment: str, base, seeds: list[int], held_out: bool) -> None
             raise UserError(f"held-out seeds {used} are already seeds of {experiment}; pick new ones", exit_code=2)
 
 
+def expand_rows(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """A run may report several rows at once (procedures evaluated on the same trained model):
+    a metric named `<sub>/<metric>` becomes `<metric>` of row `<sub>` (of row `<row>_<sub>` when
+    the table has several configured rows). Plain metrics stay in the configured row."""
+    out: dict[str, list[dict]] = {}
+    for row, seeds in runs.items():
+        for s in seeds:
+            plain = {k: v for k, v in s.items() if "/" not in k}
+            subs: dict[str, dict] = {}
+            for k, v in s.items():
+                if "/" in k:
+                    sub, metric = k.split("/", 1)
+                    subs.setdefault(sub if len(runs) == 1 else f"{row}_{sub}", {})[metric] = v
+            if len(plain) > sum(1 for k in plain if k in RUN_INFO) or not subs:
+                out.setdefault(row, []).append(plain)
+            for name, metrics in subs.items():
+                out.setdefault(name, []).append({k: plain[k] for k in RUN_INFO if k in plain} | metrics)
+    return out
+
+
 def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] | None = None,
               log=print) -> TableResult:
     """All rows x seeds of one experiment config (`seeds` replaces the config's: held-out runs)."""
@@ -96,6 +116,7 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
                 + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
             runs.setdefault(row, []).append({"seed": seed, "run_dir": cfg.run_dir, "wall_s": wall, "cpu_s": cpu,
                                              **metrics})
+    runs = expand_rows(runs)
     table = TableResult(experiment=experiment, seeds=seeds, metrics=list(base.table.metrics), runs=runs,
                         paper=OmegaConf.to_container(base.paper) if base.paper else None,
                         tuned_on=OmegaConf.to_container(base.tuned_on) if base.tuned_on else None,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 
 
 @dataclass(frozen=True)
@@ -105,3 +106,18 @@ def two_views(images: torch.Tensor, cfg: Augment) -> tuple[torch.Tensor, torch.T
     n = images.shape[0]
     return (apply(images, sample_params(n, cfg, images.device)),
             apply(images, sample_params(n, cfg, images.device)))
+
+
+def multi_views(images: torch.Tensor, views: int, cfg: Augment,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """M independent augmentations of every image: float (N, C, H, W) -> (N, M, C, H, W).
+
+    One parameter set per view (N*M draws from the ranges of `cfg`) and one `apply` over all
+    N*M views (poly-view contrastive learning). M = 2 is `two_views` in distribution.
+    """
+    if views < 1:
+        raise ValueError(f"multi_views needs views >= 1, got {views}")
+    n = images.shape[0]
+    params = sample_params(n * views, cfg, images.device, generator=generator)
+    out = apply(images.repeat_interleave(views, dim=0), params)           # ((N M), C, H, W), sample-major
+    return rearrange(out, "(n m) c h w -> n m c h w", n=n, m=views)

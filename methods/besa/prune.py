@@ -1,4 +1,4 @@
-"""Block-by-block pruning of a causal LM, and perplexity.
+"""Block-by-block pruning of a causal LM.
 
 The calibration sequences are propagated through the model one decoder block at a time:
 block ℓ sees the outputs of the already pruned blocks 0..ℓ−1, its target is the dense block ℓ
@@ -6,8 +6,8 @@ applied to those same inputs, and its pruned outputs become the next block's inp
 """
 from __future__ import annotations
 
-import math
 import time
+from typing import Callable
 
 import torch
 from torch import nn
@@ -102,8 +102,12 @@ def _dense_pass(layer, inps, kwargs, need_hessian: bool):
     return refs, stats
 
 
-def _train_besa(layer, inps, refs, kwargs, stats, sparsity: float, cfg) -> None:
-    wrapped = {n: BesaLinear(m, stats[n]["sq"].sqrt(), cfg.candidates) for n, m in _linears(layer).items()}
+def train_block(layer, inps, refs, kwargs, stats, sparsity: float, *, candidates: int, lam: float, epochs: int,
+                optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer]) -> list[float]:
+    """BESA on one block: wrap its linears in `BesaLinear`, train only the logits θ for `epochs`
+    passes over the calibration batches (`inps`, dense targets `refs`), then apply the hard masks.
+    Returns the loss of every step."""
+    wrapped = {n: BesaLinear(m, stats[n]["sq"].sqrt(), candidates) for n, m in _linears(layer).items()}
     for n, w in wrapped.items():
         _set(layer, n, w)
     trainable = {p: p.requires_grad for p in layer.parameters()}
@@ -112,38 +116,56 @@ def _train_besa(layer, inps, refs, kwargs, stats, sparsity: float, cfg) -> None:
     thetas = [w.theta for w in wrapped.values()]
     for t in thetas:
         t.requires_grad_(True)
-    opt = torch.optim.Adam(thetas, lr=cfg.lr)
+    opt, losses = optimizer(thetas), []
     with torch.enable_grad():
-        for _ in range(cfg.epochs):
+        for _ in range(epochs):
             for h, ref in zip(inps, refs):
-                loss, _ = besa_loss(_run(layer, h, kwargs), ref, list(wrapped.values()), sparsity, cfg.lam)
+                loss, _ = besa_loss(_run(layer, h, kwargs), ref, list(wrapped.values()), sparsity, lam)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
+                losses.append(float(loss.detach()))
     for n, w in wrapped.items():
         _set(layer, n, w.finish())
     for p, flag in trainable.items():
         p.requires_grad_(flag)
+    return losses
 
 
-def prune(model: nn.Module, calibration_ids: torch.Tensor, sparsity: float, method: str,
-          batch: int = 8, besa=None, progress: bool = True) -> dict[str, float]:
-    """Prune `model` in place to `sparsity` with `method`; return each linear layer's sparsity
-    ("<block>.<name>") plus "seconds_per_block"."""
+def prune(model: nn.Module, calibration_ids: torch.Tensor, sparsity: float = 0.5, method: str = "besa", *,
+          batch_size: int = 1, candidates: int = 100, lam: float = 5.0, epochs: int = 1,
+          optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
+          progress: bool = True, log: Callable[[dict, int], None] | None = None) -> dict[str, float]:
+    """Prune `model` in place to `sparsity` (unstructured) with `method`, block by block.
+
+    `calibration_ids` (n, seq_len) are propagated `batch_size` sequences at a time. BESA's knobs
+    (ignored by the one-shot methods) have the paper's values: D = `candidates` = 100 candidate
+    sparsities d/D, λ = `lam` = 5, one epoch at batch 1; `optimizer(params)` builds the optimizer
+    of the logits θ (default Adam, lr 0.05). `log(metrics, step)` receives each block's mean loss.
+    Returns each linear layer's sparsity ("<block>.<name>") plus "seconds_per_block".
+    """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got '{method}'")
     if not 0 < sparsity < 1:
         raise ValueError(f"sparsity must be in (0, 1), got {sparsity}")
-    if method == "besa" and besa is None:
-        raise ValueError("method 'besa' needs its settings (candidates, lr, epochs, lam)")
+    if calibration_ids.dim() != 2:
+        raise ValueError(f"calibration_ids must be (sequences, tokens), got shape {tuple(calibration_ids.shape)}")
+    for name, value in (("batch_size", batch_size), ("candidates", candidates), ("epochs", epochs)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+    if optimizer is None:  # configs/trainer/blockwise.yaml
+        optimizer = lambda params: torch.optim.Adam(params, lr=0.05)  # noqa: E731
     model.eval()
     layers = decoder_layers(model)
-    inps, kwargs = block_inputs(model, calibration_ids, batch)
+    inps, kwargs = block_inputs(model, calibration_ids, batch_size)
     sparsities, t0 = {}, time.perf_counter()
     for li, layer in enumerate(tqdm(layers, desc=f"prune {method}", disable=not progress)):
         refs, stats = _dense_pass(layer, inps, kwargs, need_hessian=method == "sparsegpt")
         if method == "besa":
-            _train_besa(layer, inps, refs, kwargs, stats, sparsity, besa)
+            losses = train_block(layer, inps, refs, kwargs, stats, sparsity, candidates=candidates, lam=lam,
+                                 epochs=epochs, optimizer=optimizer)
+            if log is not None:
+                log({"loss": sum(losses) / len(losses)}, li)
         else:
             with torch.no_grad():
                 for n, m in _linears(layer).items():
@@ -168,20 +190,3 @@ def overall_sparsity(model: nn.Module) -> float:
             zeros += int((m.weight == 0).sum())
             total += m.weight.numel()
     return zeros / total
-
-
-@torch.no_grad()
-def perplexity(model: nn.Module, ids: torch.Tensor, seq_len: int | None = None, batch: int = 4) -> float:
-    """exp(mean next-token NLL) over windows of `ids` ((n, seq_len), or 1-D and cut into seq_len)."""
-    if ids.dim() == 1:
-        n = len(ids) // seq_len
-        ids = ids[: n * seq_len].view(n, seq_len)
-    model.eval()
-    nll, count = 0.0, 0
-    for i in range(0, len(ids), batch):
-        x = ids[i:i + batch]
-        logits = model(x, use_cache=False).logits[:, :-1].float()
-        nll += float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1),
-                                                       reduction="sum"))
-        count += x[:, 1:].numel()
-    return math.exp(nll / count)

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from common import runner
+from hydra.utils import instantiate
+
+from common import tasks
+from common.callbacks import SWA
 from common.config import UserError
-from common.data import StepSampler
-from common.trainer import Trainer
 from methods.crystalformer.attention import MODES, PeriodicAttention
 from methods.crystalformer.data import load_crystals, split
 from methods.crystalformer.model import Crystalformer, collate
@@ -32,50 +33,39 @@ def mae(model, crystals) -> float:
     return float((predict(model, crystals) - y).abs().mean())
 
 
-def run(cfg) -> dict[str, float]:
+def build(cfg) -> Crystalformer:
+    if cfg.method.mode == "mean":
+        raise UserError("method.mode=mean is the mean predictor: it has no model to build", exit_code=2)
+    return instantiate(cfg.method.model)
+
+
+def run(cfg, ctx) -> dict[str, float]:
     """Train `method.mode` (full | simplified | cutoff, or `mean` for the mean predictor) on the
     train split; report validation and test MAE (after SWA over the last `swa_fraction`)."""
     m = cfg.method
     if m.mode not in (*MODES, "mean"):
         raise UserError(f"method.mode must be one of {(*MODES, 'mean')}, got '{m.mode}'", exit_code=2)
-    ctx = runner.start(cfg)
     parts = split(load_crystals(cfg.dataset), cfg.dataset)
     train, val, test = parts["train"], parts["val"], parts["test"]
     y = torch.tensor([c["target"] for c in train])
     if m.mode == "mean":
         mean = float(y.mean())
-        metrics = {f"{k}_mae": float((torch.tensor([c["target"] for c in s]) - mean).abs().mean())
-                   for k, s in (("val", val), ("test", test))}
-        ctx.logger.log(metrics, 0)
-        ctx.logger.close()
-        return metrics
-    model = Crystalformer(dim=m.dim, depth=m.depth, heads=m.heads, ffn=m.ffn, mode=m.mode, n_rbf=m.n_rbf,
-                          r_max=m.r_max, r0=m.r0, a=m.a, b=m.b, cover_sigmas=m.cover_sigmas, cutoff=m.cutoff)
+        return {f"{k}_mae": float((torch.tensor([c["target"] for c in s]) - mean).abs().mean())
+                for k, s in (("val", val), ("test", test))}
+    model = build(cfg)
     model.y_mean.fill_(float(y.mean()))
     model.y_std.fill_(float(y.std()))
-    sampler = StepSampler(len(train), cfg.trainer.batch_size, int(cfg.seed))
-
-    def batch(step: int):
-        return collate([train[i] for i in sampler(step).tolist()], ctx.hw.device, model.reach)
-
-    swa = torch.optim.swa_utils.AveragedModel(model)
-    swa_start = int(cfg.trainer.max_steps * (1 - m.swa_fraction))
-
-    def evaluate(mod, step):
-        if m.swa_fraction and step > swa_start:
-            swa.update_parameters(mod)
-        return {"val_mae": mae(mod, val)}
-
-    trainer = Trainer(model, cfg.trainer, ctx.hw, ctx.run_dir, ctx.logger, batch_fn=batch, eval_fn=evaluate,
-                      extra_state={"swa": swa})  # a resumed run keeps the average it had
-    trainer.fit(resume=cfg.resume)
-    # update_parameters also keeps the buffers (m, s of σ, the target scale) in sync with the model
-    final = swa.module if m.swa_fraction and swa.n_averaged > 0 else model
-    metrics = {"val_mae": mae(final, val), "test_mae": mae(final, test),
-               "params_k": sum(p.numel() for p in model.parameters()) / 1e3}
-    ctx.logger.log(metrics, trainer.step)
-    ctx.logger.close()
+    callbacks, final = [], None
+    if m.swa_fraction:  # averaged at every evaluation step of the last swa_fraction of training
+        swa = SWA(model, start_step=int(cfg.trainer.max_steps * (1 - m.swa_fraction)),
+                  every=max(1, int(cfg.trainer.eval_every)))
+        callbacks, final = [swa], lambda: swa.module
+    metrics = tasks.regress(ctx, model, train, lambda items: collate(items, ctx.device, model.reach),
+                            lambda mod: {"val_mae": mae(mod, val), "test_mae": mae(mod, test)},
+                            eval_fn=lambda mod, step: {"val_mae": mae(mod, val)}, callbacks=callbacks, final=final)
+    metrics.pop("train_loss", None)   # a loss in units of the target std: not comparable across sets
+    metrics["params_k"] = sum(p.numel() for p in model.parameters()) / 1e3
     return metrics
 
 
-__all__ = ["Crystalformer", "MODES", "PeriodicAttention", "collate", "mae", "predict", "run"]
+__all__ = ["Crystalformer", "MODES", "PeriodicAttention", "build", "collate", "mae", "predict", "run"]

@@ -12,44 +12,58 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperat
     return temperature ** 2 * F.kl_div(log_p_s, log_p_t, log_target=True, reduction="batchmean")
 
 
+def hyperedge_mean(values: torch.Tensor, members: torch.Tensor, edge_of: torch.Tensor, num_edges: int) -> torch.Tensor:
+    """Mean of `values` (V, ...) over each hyperedge's vertices  → (E, ...); members/edge_of are
+    the flattened (vertex, hyperedge) incidence pairs (DHG's `v2e(aggr="mean")`)."""
+    shape = (num_edges,) + values.shape[1:]
+    total = values.new_zeros(shape).index_add_(0, edge_of, values[members])
+    count = values.new_zeros(num_edges).index_add_(0, edge_of, torch.ones_like(edge_of, dtype=values.dtype))
+    return total / count.view(-1, *([1] * (values.dim() - 1)))
+
+
+def hyperedge_kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, members: torch.Tensor,
+                      edge_of: torch.Tensor, num_edges: int, sampled: torch.Tensor, temperature: float) -> torch.Tensor:
+    """τ² · KL between the teacher's and the student's hyperedge soft labels (the mean softmax
+    of the vertices) over the sampled hyperedges (LightHGNN+, eq. 8)."""
+    p_s = hyperedge_mean((student_logits / temperature).softmax(-1), members, edge_of, num_edges)[sampled]
+    p_t = hyperedge_mean((teacher_logits / temperature).softmax(-1), members, edge_of, num_edges)[sampled]
+    return temperature ** 2 * F.kl_div(p_s.clamp_min(1e-12).log(), p_t, reduction="batchmean")
+
+
 def lighthgnn_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
-                   train_idx: torch.Tensor, weight: float, temperature: float,
-                   kd_idx: torch.Tensor | None = None) -> torch.Tensor:
-    """λ · CE(z_s, y) on labelled vertices + (1 − λ) · τ² · KL on all vertices (eq. 4); in the
-    inductive setting `kd_idx` limits the KL to the vertices seen in training."""
-    ce = F.cross_entropy(student_logits[train_idx], labels[train_idx])
-    s, t = (student_logits, teacher_logits) if kd_idx is None else (student_logits[kd_idx], teacher_logits[kd_idx])
-    return weight * ce + (1 - weight) * kd_loss(s, t, temperature)
+                   train_idx: torch.Tensor, ce_weight: float, temperature: float,
+                   members: torch.Tensor | None = None, edge_of: torch.Tensor | None = None,
+                   num_edges: int = 0, sampled: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+    """λ · CE(z_s, y) on the labelled vertices + (1 − λ) · (KD + HKD) (eq. 4; LightHGNN+ adds
+    HKD inside the (1 − λ) term, as the official `train_stu`). KD is over every vertex the
+    student trains on; HKD over the `sampled` hyperedges (None: LightHGNN, no HKD). A term
+    with weight 0 is not computed. Returns (loss, {"ce", "kd", "hkd"} of the computed terms)."""
+    parts: dict[str, torch.Tensor] = {}
+    loss = student_logits.new_zeros(())
+    if ce_weight > 0:
+        parts["ce"] = F.cross_entropy(student_logits[train_idx], labels[train_idx])
+        loss = loss + ce_weight * parts["ce"]
+    if ce_weight < 1:
+        soft = parts["kd"] = kd_loss(student_logits, teacher_logits, temperature)
+        if sampled is not None and len(sampled):
+            parts["hkd"] = hyperedge_kd_loss(student_logits, teacher_logits, members, edge_of, num_edges,
+                                             sampled, temperature)
+            soft = soft + parts["hkd"]
+        loss = loss + (1 - ce_weight) * soft
+    return loss, {k: v.detach() for k, v in parts.items()}
 
 
 def prediction_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """(V, C) -> (V,) entropy of the softmax."""
     p = logits.softmax(-1)
     return -(p * p.clamp_min(1e-12).log()).sum(-1)
-
-
-def hyperedge_mean(values: torch.Tensor, members: torch.Tensor, edge_of: torch.Tensor, num_edges: int) -> torch.Tensor:
-    """Mean of `values` (V, ...) over each hyperedge's vertices; members/edge_of are the
-    flattened (vertex, hyperedge) incidence pairs."""
-    shape = (num_edges,) + values.shape[1:]
-    total = torch.zeros(shape, dtype=values.dtype).index_add_(0, edge_of, values[members])
-    count = torch.zeros(num_edges, dtype=values.dtype).index_add_(0, edge_of, torch.ones_like(edge_of, dtype=values.dtype))
-    return total / count.view(-1, *([1] * (values.dim() - 1)))
 
 
 def reliability(clean_logits: torch.Tensor, noisy_logits: torch.Tensor, members: torch.Tensor,
                 edge_of: torch.Tensor, num_edges: int) -> torch.Tensor:
     """ρ_e = 1 − δ_e / max δ, δ_e = |change of the mean prediction entropy of e's vertices|
-    when the teacher's input features are perturbed (LightHGNN+, eq. 6-7)."""
+    when the teacher's input features are perturbed (LightHGNN+, eq. 6-7)  → (E,)."""
     h_clean = hyperedge_mean(prediction_entropy(clean_logits), members, edge_of, num_edges)
     h_noisy = hyperedge_mean(prediction_entropy(noisy_logits), members, edge_of, num_edges)
     delta = (h_clean - h_noisy).abs()
     return 1 - delta / delta.max().clamp_min(1e-12)
-
-
-def hyperedge_kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, members: torch.Tensor,
-                      edge_of: torch.Tensor, num_edges: int, sampled: torch.Tensor, temperature: float) -> torch.Tensor:
-    """KL between teacher and student hyperedge soft labels (mean softmax of the vertices)
-    over the sampled hyperedges (LightHGNN+, eq. 8)."""
-    p_s = hyperedge_mean((student_logits / temperature).softmax(-1), members, edge_of, num_edges)[sampled]
-    p_t = hyperedge_mean((teacher_logits / temperature).softmax(-1), members, edge_of, num_edges)[sampled]
-    return temperature ** 2 * F.kl_div(p_s.clamp_min(1e-12).log(), p_t, reduction="batchmean")

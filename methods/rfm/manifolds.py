@@ -14,7 +14,7 @@ class Sphere:
     """S² ⊂ R³ with great-circle geodesics. Points are unit vectors (..., 3)."""
 
     dim = 2
-    ambient_dim = 3
+    ambient_dim = feature_dim = 3
     log_volume = math.log(4 * math.pi)
 
     def projx(self, x: torch.Tensor) -> torch.Tensor:
@@ -24,6 +24,10 @@ class Sphere:
         """Remove the normal component: u − ⟨x, u⟩ x (x need not be unit)."""
         x = self.projx(x)
         return u - (x * u).sum(-1, keepdim=True) * x
+
+    def to_tangent(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """The tangent part of a model's ambient output (the projection)."""
+        return self.proju(x, u)
 
     def exp(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         norm = u.norm(dim=-1, keepdim=True)
@@ -53,12 +57,16 @@ class FlatTorus:
 
     def __init__(self, dim: int):
         self.dim = self.ambient_dim = dim
+        self.feature_dim = 2 * dim
         self.log_volume = dim * math.log(2 * math.pi)
 
     def projx(self, x: torch.Tensor) -> torch.Tensor:
         return torch.remainder(x, 2 * math.pi)
 
     def proju(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return u
+
+    def to_tangent(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return u
 
     def exp(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

@@ -1,54 +1,75 @@
-"""The vector field v_θ(t, x): an MLP on the manifold's features with time fed to every layer."""
+"""The vector field v_θ(t, x) and the flow-matching model that trains it."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.optim.swa_utils import AveragedModel
+
+from methods.rfm.loss import projected_euclidean_loss, rfm_loss, rfm_loss_on_path
+
+VARIANTS = ("riemannian", "euclidean")
 
 
 class TimeLinear(nn.Module):
-    """W x + b + w · t: every layer sees time."""
+    """W x + b + w · t: every layer sees time (the official ConcatLinear_v2)."""
 
-    def __init__(self, in_dim: int, out_dim: int):
+    def __init__(self, in_dim: int, out_dim: int, dtype: torch.dtype):
         super().__init__()
-        self.linear = nn.Linear(in_dim, out_dim)
-        self.time = nn.Linear(1, out_dim, bias=False)
+        self.linear = nn.Linear(in_dim, out_dim, dtype=dtype)
+        self.time = nn.Linear(1, out_dim, bias=False, dtype=dtype)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return self.linear(x) + self.time(t)
 
 
 class VectorField(nn.Module):
-    """v_θ(t, x) = proju(x, MLP(features(x), t)), swish activations; output tangent at x.
-    `project=False` leaves the output unconstrained (the Euclidean ablation while training)."""
+    """v_θ(t, x) = the tangent part at x of MLP(features(x), t) (the projection; on a mesh see
+    Mesh.to_tangent): `layers` hidden layers of width `hidden` with swish and a linear output in
+    the ambient space (official tMLP: num_layers = layers + 1). The MLP computes in `dtype`
+    (float32, as the official code trains; `.double()` for likelihoods), the geometry in x's dtype."""
 
-    def __init__(self, manifold, hidden: int, layers: int, project: bool = True):
+    def __init__(self, manifold, hidden: int = 512, layers: int = 7, dtype: torch.dtype = torch.float32):
         super().__init__()
-        self.manifold, self.project = manifold, project
-        in_dim = manifold.features(torch.zeros(1, manifold.ambient_dim)).shape[-1]
-        dims = [in_dim] + [hidden] * layers
-        self.hidden = nn.ModuleList(TimeLinear(a, b) for a, b in zip(dims[:-1], dims[1:]))
-        self.out = TimeLinear(hidden, manifold.ambient_dim)
+        if hidden < 1 or layers < 1:
+            raise ValueError(f"VectorField needs hidden >= 1 and layers >= 1, got hidden={hidden}, layers={layers}")
+        self.manifold = manifold
+        dims = [manifold.feature_dim] + [hidden] * layers
+        self.hidden = nn.ModuleList(TimeLinear(a, b, dtype) for a, b in zip(dims[:-1], dims[1:]))
+        self.out = TimeLinear(hidden, manifold.ambient_dim, dtype)
 
     def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        t = t.reshape(-1, 1).to(x.dtype).expand(x.shape[0], 1)
-        h = self.manifold.features(x)
+        """t: scalar or (N,); x: (N, ambient) on the manifold -> (N, ambient) tangent at x."""
+        dtype = self.out.linear.weight.dtype
+        t = t.reshape(-1, 1).to(dtype).expand(x.shape[0], 1)
+        h = self.manifold.features(x).to(dtype)
         for layer in self.hidden:
             h = F.silu(layer(h, t))
-        out = self.out(h, t)
-        return self.manifold.proju(x, out) if self.project else out
+        return self.manifold.to_tangent(x, self.out(h, t).to(x.dtype))
 
 
-def ema(model: nn.Module, decay: float) -> AveragedModel:
-    """Exponential moving average of a model's weights, decay 0.999 in the paper, warmed up as in
-    the official code: the decay at update n is min(decay, (1 + n) / (10 + n)). Without the
-    warm-up, 0.999 keeps 0.999^2000 = 13.5% of the random initial weights after 2000 steps, which
-    cost 0.7 nats of volcano test NLL at the mini tier (README, Results)."""
-    def avg_fn(averaged: torch.Tensor, current: torch.Tensor, num_averaged) -> torch.Tensor:
-        n = float(num_averaged)
-        return averaged.lerp(current, 1.0 - min(decay, (1.0 + n) / (10.0 + n)))
+class FlowMatching(nn.Module):
+    """Trains `field` by flow matching from the uniform density on `manifold` to the data.
 
-    averaged = AveragedModel(model, avg_fn=avg_fn).eval()
-    averaged.requires_grad_(False)  # never handed to the optimiser
-    return averaged
+    A batch of data points x1 (N, ambient) on the sphere or torus: x0 ~ uniform, t ~ U[0, 1] and
+    variant="riemannian" regresses onto the geodesic path in closed form; variant="euclidean" (the
+    ablation) onto the ambient straight line projected onto the manifold. On a mesh the batch is
+    already points of simulated conditional paths, (x_t, u_t, t) from `SimulatedPaths`."""
+
+    def __init__(self, field: VectorField, manifold, variant: str = "riemannian"):
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got '{variant}'")
+        if hasattr(manifold, "dist_grad") and variant != "riemannian":
+            raise ValueError("the euclidean ablation is defined for the sphere and the torus, not for a mesh")
+        self.field, self.manifold, self.variant = field, manifold, variant
+
+    def training_step(self, batch):
+        if isinstance(batch, (tuple, list)):                    # points of simulated paths (a mesh)
+            x_t, u_t, t = batch
+            return rfm_loss_on_path(self.field, self.manifold, x_t, u_t, t), {}
+        x1 = batch
+        x0 = self.manifold.random_uniform(len(x1), dtype=x1.dtype).to(x1.device)
+        t = torch.rand(len(x1), dtype=x1.dtype, device=x1.device)
+        if self.variant == "riemannian":
+            return rfm_loss(self.field, self.manifold, x0, x1, t), {}
+        return projected_euclidean_loss(self.field, self.manifold, x0, x1, t), {}

@@ -4,24 +4,25 @@ from __future__ import annotations
 import torch
 
 
-def divergence(v: torch.Tensor, x: torch.Tensor, manifold, exact: bool = True, probes: int = 1) -> torch.Tensor:
+def divergence(v: torch.Tensor, x: torch.Tensor, manifold, exact: bool = True, probes: int = 1,
+               create_graph: bool = False) -> torch.Tensor:
     """Riemannian divergence of the tangent field v(x) (graph from x): tr(P J), J = ∂v/∂x the
     ambient Jacobian and P the projection onto the tangent space. Exact by one backward pass
     per ambient coordinate, or Hutchinson's estimate E[εᵀ J ε] with ε = P z, z ~ N(0, I)."""
-    dim = x.shape[-1]
+    n, dim = x.shape
     if exact:
-        rows = []
+        # P e_i for every coordinate i in one projection: tr(PJ) = Σ_i (P e_i)ᵀ J e_i (P symmetric)
+        eye = torch.eye(dim, dtype=x.dtype, device=x.device)[:, None, :].expand(dim, n, dim)
+        basis = manifold.proju(x.detach(), eye)                                           # (dim, n, dim)
+        total = 0.0
         for i in range(dim):
-            e = torch.zeros_like(v)
-            e[:, i] = 1.0
-            e = manifold.proju(x, e)   # P e_i: tr(PJ) = Σ_i (P e_i)ᵀ J e_i since P is symmetric
-            (g,) = torch.autograd.grad(v, x, e, create_graph=True)
-            rows.append(g[:, i])
-        return torch.stack(rows, -1).sum(-1)
+            (g,) = torch.autograd.grad(v, x, basis[i], retain_graph=True, create_graph=create_graph)
+            total = total + g[:, i]
+        return total
     total = 0.0
     for _ in range(probes):
         eps = manifold.proju(x, torch.randn_like(x))
-        (g,) = torch.autograd.grad(v, x, eps, create_graph=True)
+        (g,) = torch.autograd.grad(v, x, eps, retain_graph=True, create_graph=create_graph)
         total = total + (g * eps).sum(-1)
     return total / probes
 
@@ -40,7 +41,7 @@ def sample(field, manifold, x0: torch.Tensor, steps: int, method: str = "rk4") -
     x, dt = x0, 1.0 / steps
     for k in range(steps):
         t = k * dt
-        vt = lambda s, y: field(torch.tensor(s, dtype=y.dtype), y)  # noqa: E731
+        vt = lambda s, y: field(torch.full((), s, dtype=y.dtype, device=y.device), y)  # noqa: E731
         x = rk4_step(vt, t, x, dt) if method == "rk4" else x + dt * vt(t, x)
         x = manifold.projx(x)
     return x
@@ -52,11 +53,11 @@ def log_likelihood(field, manifold, x1: torch.Tensor, steps: int, exact: bool = 
     def joint(t: float, state: torch.Tensor) -> torch.Tensor:
         with torch.enable_grad():
             x = state[:, :-1].detach().requires_grad_(True)
-            v = field(torch.tensor(t, dtype=x.dtype), x)
+            v = field(torch.full((), t, dtype=x.dtype, device=x.device), x)
             div = divergence(v, x, manifold, exact, probes)
         return torch.cat([v.detach(), div.detach().unsqueeze(-1)], dim=-1)
 
-    state = torch.cat([x1, torch.zeros(len(x1), 1, dtype=x1.dtype)], dim=-1)
+    state = torch.cat([x1, x1.new_zeros(len(x1), 1)], dim=-1)
     dt = -1.0 / steps
     for k in range(steps):
         state = rk4_step(joint, 1.0 + k * dt, state, dt)

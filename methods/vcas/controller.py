@@ -1,15 +1,18 @@
 """The variance controller: keeps the variance VCAS adds a fixed fraction τ of the SGD noise.
 
-Every `every` steps it takes M minibatches and, for each, one exact backward pass and M
-passes with SampleA only (SampleW's variance is analytic, so those passes only measure it):
+Every F steps it takes M minibatches. For each: one forward, one exact backward, and M
+backwards of that same graph with SampleA only (SampleW's variance is analytic, so those
+passes only measure it). All variances are over the weights of the block linears, per linear
+layer j (official sample_scheme.py):
 
-    V_sgd  = Σ_m ‖g_m − ḡ‖² / (M − 1)              variance of a minibatch gradient
-    V_act  = mean_{m,k} ‖ĝ_mk − g_m‖²               variance SampleA adds (g_m is known)
-    V_w,l  = mean_{m,k} Σ_i (1/q_i − 1)‖∇Z_i‖²‖X_i‖²  variance SampleW would add in block l
+    V_sgd,j = Σ_m ‖g_mj − ḡ_j‖² / (M − 1)                    variance of a minibatch gradient
+    V_act,j = mean_{m,k} ‖ĝ_mkj − g_mj‖²                       variance SampleA adds
+    V_w,j   = mean_{m,k} Σ_r (1/q_r − 1)‖∇Z_r‖²‖X_r‖²          variance SampleW would add
 
-    s   ← clip(s + α·sign(V_act − τ_act·V_sgd), 0, 1)
-    ρ_l = max_{j ≤ l} p_j(s)        p_j(s): fewest samples holding an s share of block j's norm
-    ν_l ← clip(ν_l · β^(−sign(V_w,l − τ_w·V_sgd)), ν_min, 1)   (β < 1: too much variance → keep more)
+    s   ← s + α if Σ_j V_act,j > τ_act Σ_j V_sgd,j, else s − α      (clipped to [0, 1])
+    ρ_l ← d·ρ_l + (1 − d)·max_{i ≤ l} p_i(s)    p_i(s): fewest samples holding an s share of
+                                                 block i's output-gradient norm (mean over M)
+    ν_j ← ν_j / β if V_w,j > τ_w V_sgd,j, else ν_j · β              (clipped to [ν_min, 1])
 """
 from __future__ import annotations
 
@@ -20,60 +23,65 @@ import torch
 from methods.vcas.sampling import SamplingState, keep_fraction
 
 
-def _sign(x: float) -> int:
-    return (x > 0) - (x < 0)
-
-
-def sq_dist(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
-    return float(sum((x.float() - y.float()).pow(2).sum() for x, y in zip(a, b)))
+def sq_dists(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> torch.Tensor:
+    """‖a_j − b_j‖² for every pair of tensors, as one vector."""
+    return torch.stack([(x.double() - y.double()).pow(2).sum() for x, y in zip(a, b)])
 
 
 class VarianceController:
-    def __init__(self, state: SamplingState, tau_act: float = 0.025, tau_w: float = 0.025,
-                 alpha: float = 0.01, beta: float = 0.95, m: int = 2, nu_min: float = 0.05):
+    def __init__(self, state: SamplingState, act_var_tau: float = 0.025, w_var_tau: float = 0.025,
+                 s_step: float = 0.01, w_ratio_mul: float = 0.95, m: int = 2, nu_min: float = 0.05,
+                 sched_decay: float = 0.6):
         if m < 2:
-            raise ValueError("the variance controller needs m >= 2 minibatches to estimate V_sgd")
+            raise ValueError(f"the variance controller needs m >= 2 minibatches to estimate V_sgd, got m={m}")
+        if not 0 < w_ratio_mul < 1:
+            raise ValueError(f"w_ratio_mul must be in (0, 1), got {w_ratio_mul}")
         self.state, self.m = state, m
-        self.tau_act, self.tau_w, self.alpha, self.beta, self.nu_min = tau_act, tau_w, alpha, beta, nu_min
+        self.act_var_tau, self.w_var_tau, self.s_step = act_var_tau, w_var_tau, s_step
+        self.w_ratio_mul, self.nu_min, self.sched_decay = w_ratio_mul, nu_min, sched_decay
         self.s = 1.0
 
-    def _grads(self, loss_fn, batch, params, act: bool) -> list[torch.Tensor]:
-        st = self.state
-        # the exact passes keep plain nn.Linear gradients; the SampleA passes also measure SampleW
-        st.sample_act, st.sample_w, st.record, st.measure_w = act, False, True, act
-        return [g.detach() for g in torch.autograd.grad(loss_fn(batch), params)]
-
-    def estimate(self, loss_fn: Callable, batches: Sequence, params: Sequence[torch.Tensor]) -> dict:
-        """The three variances (summed over all parameters) and the exact per-block norms."""
+    def estimate(self, forward_loss: Callable, batches: Sequence, weights: Sequence[torch.Tensor]) -> dict:
+        """Per-linear V_sgd, V_act, V_w and the exact per-block gradient norms of each batch."""
         st, m = self.state, self.m
         saved = (st.sample_act, st.sample_w, st.record, st.measure_w)
         st.reset_stats()
-        exact, v_act = [], 0.0
-        for batch in batches[:m]:
-            exact.append(self._grads(loss_fn, batch, params, act=False))
-        norms = {l: torch.cat(v) for l, v in st.norms.items()}   # exact passes only
-        st.reset_stats()
-        for batch, g in zip(batches[:m], exact):
-            for _ in range(m):
-                v_act += sq_dist(self._grads(loss_fn, batch, params, act=True), g)
+        exact, v_act = [], torch.zeros(len(weights), dtype=torch.float64)
+        try:
+            for batch in batches[:m]:
+                loss = forward_loss(batch)   # one forward serves the exact and the M sampled backwards
+                st.sample_act, st.sample_w, st.record, st.measure_w = False, False, True, False
+                g = [t.detach() for t in torch.autograd.grad(loss, weights, retain_graph=True)]
+                exact.append(g)
+                st.sample_act, st.record, st.measure_w = True, False, True
+                for k in range(m):
+                    sampled = torch.autograd.grad(loss, weights, retain_graph=k < m - 1)
+                    v_act += sq_dists(sampled, g).cpu()
+        finally:
+            st.sample_act, st.sample_w, st.record, st.measure_w = saved
         mean = [sum(gs) / m for gs in zip(*exact)]
-        v_sgd = sum(sq_dist(g, mean) for g in exact) / (m - 1)
-        w_var = [v / m**2 for v in st.w_var]
-        st.sample_act, st.sample_w, st.record, st.measure_w = saved
+        v_sgd = sum(sq_dists(g, mean).cpu() for g in exact) / (m - 1)
+        est = {"v_sgd": v_sgd, "v_act": v_act / m**2, "v_w": torch.tensor(st.w_var, dtype=torch.float64) / m**2,
+               "norms": {l: list(v) for l, v in st.norms.items()}}
         st.reset_stats()
-        return {"v_sgd": v_sgd, "v_act": v_act / m**2, "v_w": w_var, "norms": norms}
+        return est
 
     def update(self, est: dict) -> None:
         """One controller step from `estimate`'s output; writes ρ and ν into the state."""
-        st, v_sgd = self.state, est["v_sgd"]
-        self.s = min(1.0, max(0.0, self.s + self.alpha * _sign(est["v_act"] - self.tau_act * v_sgd)))
-        fractions = [keep_fraction(est["norms"][l], self.s) for l in range(st.num_blocks)]
-        st.rho = [max(fractions[: l + 1]) for l in range(st.num_blocks)]
-        st.nu = [min(1.0, max(self.nu_min, nu * self.beta ** -_sign(v - self.tau_w * v_sgd)))
-                 for nu, v in zip(st.nu, est["v_w"])]
+        st = self.state
+        too_noisy = float(est["v_act"].sum()) > self.act_var_tau * float(est["v_sgd"].sum())
+        self.s = min(1.0, self.s + self.s_step) if too_noisy else max(0.0, self.s - self.s_step)
+        target = [sum(keep_fraction(n, self.s) for n in est["norms"][l]) / len(est["norms"][l])
+                  for l in range(st.num_blocks)]
+        target = [max(target[: l + 1]) for l in range(st.num_blocks)]   # ρ never falls with depth
+        d = self.sched_decay
+        st.rho = [d * r + (1 - d) * t for r, t in zip(st.rho, target)]
+        st.nu = [min(1.0, max(self.nu_min, nu / self.w_ratio_mul if vw > self.w_var_tau * vs else nu * self.w_ratio_mul))
+                 for nu, vw, vs in zip(st.nu, est["v_w"].tolist(), est["v_sgd"].tolist())]
 
-    def step(self, loss_fn: Callable, batches: Sequence, params: Sequence[torch.Tensor]) -> dict:
-        est = self.estimate(loss_fn, batches, params)
+    def step(self, forward_loss: Callable, batches: Sequence, weights: Sequence[torch.Tensor]) -> dict:
+        est = self.estimate(forward_loss, batches, weights)
         self.update(est)
-        return {"s": self.s, "v_sgd": est["v_sgd"], "v_act": est["v_act"], "v_w": sum(est["v_w"]),
-                "act_ratio": est["v_act"] / max(est["v_sgd"], 1e-30)}
+        v_sgd = float(est["v_sgd"].sum())
+        return {"s": self.s, "v_sgd": v_sgd, "v_act": float(est["v_act"].sum()), "v_w": float(est["v_w"].sum()),
+                "act_ratio": float(est["v_act"].sum()) / max(v_sgd, 1e-30)}

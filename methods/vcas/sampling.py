@@ -1,14 +1,19 @@
-"""The two unbiased samplers of VCAS and the water-filling that sets their probabilities.
+"""The two unbiased samplers of VCAS, placed in the backward of the ordinary forward graph.
 
-SampleA (activation gradients) wraps a whole transformer block. The forward runs the block
-without a graph; the backward draws which samples keep their output gradient (keep prob.
-p_i ∝ ‖G_i‖, rescaled by 1/p_i), then recomputes the block on the kept rows only and
-back-propagates those. The dropped samples are never touched, so the saving is real (and
-the block's activations are not stored either, as with activation checkpointing).
+SampleA (`_SampleA`, an identity at the output of every block l): in the backward it keeps
+sample i's output gradient G_i with probability p_i ∝ ‖G_i‖ (water-filling, Σ p_i = ρ_l·N) and
+scales it by 1/p_i. The indices of the kept samples go into the shared `SamplingState`; every
+linear layer of the block then computes its input and weight gradients on those rows only
+(`index_select`), writing zeros for the dropped rows, as the official code does
+(vcas/layers/linear.py). The other ops of the block (attention products, norms, GELU) run on
+the whole batch, whose dropped rows are exactly zero. Going down, a block whose ρ equals the
+one above passes the gradient through and keeps the indices (official act_sampler.py); a
+smaller ρ resamples among the survivors. Nothing is recomputed: the forward graph is the
+exact one, so at ρ = ν = 1 a step costs what exact training costs.
 
-SampleW (weight gradients) replaces nn.Linear inside the blocks: the input gradient is
-exact, the weight gradient sums only a leverage-sampled subset of the token rows,
-q_i ∝ ‖∇Z_i‖·‖X_i‖, each rescaled by 1/q_i.
+SampleW (in the same linear backward): ∇X stays exact on the kept rows; ∇W sums a
+leverage-sampled subset of those rows, q_r ∝ ‖∇Z_r‖·‖X_r‖ with Σ q_r = ν_j·rows, each
+scaled by 1/q_r (`sampled_weight_grad`, the function a fused kernel replaces).
 """
 from __future__ import annotations
 
@@ -23,25 +28,27 @@ def water_fill(weights: torch.Tensor, budget: float) -> torch.Tensor:
     """Probabilities p_i = min(1, c·w_i) with Σ p_i = budget (the largest weights saturate at 1).
 
     Zero weights get p = 0; if the budget covers every non-zero weight they all get p = 1.
-    """
+    When c = budget/Σw saturates nothing that is the answer; otherwise one sort: with the k
+    largest saturated, c_k = (budget − k)/Σ_{i ≥ k} ws_i, and the first k whose next weight
+    stays ≤ 1 is the answer (official `soft_topk`, with exact zeros)."""
     w = weights.float()
     positive = w > 0
-    n_pos = int(positive.sum())
-    if budget >= n_pos:
-        return positive.float()
-    ws, order = w.sort(descending=True)
-    suffix = ws.flip(0).cumsum(0).flip(0)                     # Σ_{i ≥ k} ws_i
+    if budget >= int(positive.sum()):
+        return positive.to(w.dtype)
+    p = w * (budget / w.sum())
+    if float(p.max()) <= 1:
+        return p
+    ws = w.sort(descending=True).values
     k = torch.arange(len(ws), device=w.device, dtype=w.dtype)
-    c = (budget - k) / suffix.clamp_min(torch.finfo(w.dtype).tiny)
-    # k items clamped to 1 is consistent when the next largest is not above 1 after scaling
-    ok = (c * ws <= 1 + 1e-6) & (k < budget)
-    kstar = int(ok.nonzero()[0])
-    p_sorted = torch.where(k < kstar, torch.ones_like(ws), (c[kstar] * ws).clamp(max=1))
-    return torch.empty_like(p_sorted).scatter_(0, order, p_sorted)
+    tail = ws.flip(0).cumsum(0).flip(0)                        # Σ_{i ≥ k} ws_i, smallest first (no cancellation)
+    c = (budget - k) / tail.clamp_min(torch.finfo(w.dtype).tiny)
+    first = ((c * ws <= 1 + 1e-6) & (k < budget)).int().argmax()
+    return (c[first] * w).clamp_(max=1)
 
 
 def keep_fraction(norms: torch.Tensor, share: float) -> float:
-    """p_j(s): the smallest fraction of samples whose norms add up to `share` of the total."""
+    """p_j(s): the smallest fraction of samples whose norms add up to `share` of the total
+    (official `find_top_sum`)."""
     ns = norms.float().sort(descending=True).values
     total = float(ns.sum())
     if total == 0 or share >= 1:
@@ -50,148 +57,161 @@ def keep_fraction(norms: torch.Tensor, share: float) -> float:
     return min(count, len(ns)) / len(ns)
 
 
+def sampled_weight_grad(grad_rows: torch.Tensor, input_rows: torch.Tensor, inv_prob: torch.Tensor) -> torch.Tensor:
+    """∇W ≈ Σ_r (1/q_r) ∇Z_rᵀ X_r over the kept rows r.
+
+    grad_rows (k, out), input_rows (k, in), inv_prob (k,) -> (out, in). The one place a fused
+    gather-scale-matmul kernel (common/kernels) drops in."""
+    scale = inv_prob.to(grad_rows.dtype).unsqueeze(1)
+    if grad_rows.shape[1] <= input_rows.shape[1]:       # scale the narrower operand
+        return (grad_rows * scale).t() @ input_rows
+    return grad_rows.t() @ (input_rows * scale)
+
+
 @dataclass
 class SamplingState:
-    """What the sampled layers read (ratios, switches) and write (norms, kept counts, variance)."""
+    """What the sampled layers read (ratios, switches) and write (kept rows, statistics, FLOPs)."""
     num_blocks: int
+    num_linears: int = 0
     rho: list[float] = field(default_factory=list)       # SampleA keep ratio per block
-    nu: list[float] = field(default_factory=list)        # SampleW keep ratio per block
+    nu: list[float] = field(default_factory=list)        # SampleW keep ratio per linear layer
+    active: bool = True        # off: every wrapped layer is a plain layer (evaluation, FLOPs measurement)
     sample_act: bool = True
     sample_w: bool = True
-    record: bool = False       # controller passes: keep output-gradient norms and SampleW's variance
-    measure_w: bool = False    # route linears through SampleW (for its variance), exact weight gradient
+    record: bool = False       # controller's exact passes: keep each block's output-gradient norms
+    measure_w: bool = False    # controller's SampleA passes: add SampleW's analytic variance to w_var
     generator: torch.Generator | None = None
-    norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)   # per block, recorded passes
-    w_var: list[float] = field(default_factory=list)     # Σ_i (1/q_i − 1)‖a_i‖²‖b_i‖² per block
-    kept_act: list[float] = field(default_factory=list)  # kept samples / N, last backward
+    kept: torch.Tensor | None = None   # samples whose gradient survives below the last SampleA (None: all)
+    norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)   # per block, one per recorded pass
+    w_var: list[float] = field(default_factory=list)     # per linear: Σ_r (1/q_r − 1)‖∇Z_r‖²‖X_r‖²
+    skipped_flops: float = 0.0  # matmul FLOPs the linear backwards did not run, against exact
 
     def __post_init__(self):
-        self.rho = self.rho or [1.0] * self.num_blocks
-        self.nu = self.nu or [1.0] * self.num_blocks
+        self.rho = list(self.rho) or [1.0] * self.num_blocks
+        self.nu = list(self.nu) or [1.0] * self.num_linears
         self.reset_stats()
 
     def reset_stats(self) -> None:
         self.norms = {l: [] for l in range(self.num_blocks)}
-        self.w_var = [0.0] * self.num_blocks
-        self.kept_act = [1.0] * self.num_blocks
+        self.w_var = [0.0] * self.num_linears
 
     def bernoulli(self, p: torch.Tensor) -> torch.Tensor:
         return torch.rand(p.shape, generator=self.generator, device=p.device) < p
 
 
 class _SampleA(torch.autograd.Function):
+    """Identity forward; the backward samples whole samples of the block's output gradient."""
+
     @staticmethod
-    def forward(ctx, x, block_fn, state, layer, *params):
-        ctx.block_fn, ctx.state, ctx.layer = block_fn, state, layer
-        ctx.save_for_backward(x, *params)
-        with torch.no_grad():
-            return block_fn(x)
+    def forward(ctx, y, state, block):
+        ctx.state, ctx.block = state, block
+        return y.view_as(y)
 
     @staticmethod
     def backward(ctx, gy):
-        x, *params = ctx.saved_tensors
-        state, layer = ctx.state, ctx.layer
+        st, l = ctx.state, ctx.block
         n = gy.shape[0]
-        norms = gy.reshape(n, -1).norm(dim=1)
-        if state.record:
-            state.norms[layer].append(norms.detach())
-        if state.sample_act:
-            p = water_fill(norms, state.rho[layer] * n)
-            idx = state.bernoulli(p).nonzero().squeeze(1)
-            gk = gy[idx] / p[idx].to(gy.dtype).view(-1, *[1] * (gy.dim() - 1))
-        else:
-            idx, gk = torch.arange(n, device=gy.device), gy
-        state.kept_act[layer] = len(idx) / n
-        if len(idx) == 0:
-            return (torch.zeros_like(x), None, None, None, *[torch.zeros_like(w) for w in params])
-        xk = x[idx].detach().requires_grad_(ctx.needs_input_grad[0])
-        with torch.enable_grad():
-            yk = ctx.block_fn(xk, idx)
-            inputs = ([xk] if xk.requires_grad else []) + list(params)
-            grads = list(torch.autograd.grad(yk, inputs, gk, allow_unused=True))
-        gx = None
-        if xk.requires_grad:
-            gx = x.new_zeros(x.shape).index_copy_(0, idx, grads.pop(0))
-        return (gx, None, None, None, *grads)
+        if st.record:
+            st.norms[l].append(gy.detach().reshape(n, -1).norm(dim=1))
+        top = l == st.num_blocks - 1
+        if top:
+            st.kept = None                 # a new backward pass starts with every sample
+        if not st.sample_act or st.rho[l] >= 1 or (not top and st.rho[l] >= st.rho[l + 1]):
+            return gy, None, None          # nothing dropped here; the kept rows stay as they are
+        p = water_fill(gy.detach().reshape(n, -1).norm(dim=1), st.rho[l] * n)
+        idx = st.bernoulli(p).nonzero().squeeze(1)
+        st.kept = idx
+        scale = torch.zeros(n, device=gy.device, dtype=gy.dtype)
+        scale[idx] = 1 / p[idx].to(gy.dtype)
+        return gy * scale.view(-1, *[1] * (gy.dim() - 1)), None, None
 
 
-class _SampleW(torch.autograd.Function):
+class _SampledLinearFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, state, layer):
-        ctx.state, ctx.layer, ctx.has_bias = state, layer, bias is not None
+    def forward(ctx, x, weight, bias, state, index):
+        ctx.state, ctx.index, ctx.has_bias = state, index, bias is not None
         ctx.save_for_backward(x, weight)
         return F.linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, gz):
         x, weight = ctx.saved_tensors
-        state, layer = ctx.state, ctx.layer
-        gz2, x2 = gz.reshape(-1, gz.shape[-1]), x.reshape(-1, x.shape[-1])
-        gx = (gz2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
-        a2, b2 = gz2.float().pow(2).sum(1), x2.float().pow(2).sum(1)
-        q = water_fill((a2 * b2).sqrt(), state.nu[layer] * len(gz2))
-        if state.record:
-            kept = q > 0
-            state.w_var[layer] += float(((1 / q[kept] - 1) * a2[kept] * b2[kept]).sum())
-        if state.sample_w:
-            rows = state.bernoulli(q).nonzero().squeeze(1)
-            gw = (gz2[rows] / q[rows].to(gz.dtype).unsqueeze(1)).t() @ x2[rows]
+        st, j = ctx.state, ctx.index
+        out_f, in_f = weight.shape
+        rows_all = gz.numel() // out_f
+        kept = st.kept
+        if kept is not None:               # (N, ..., d) -> the kept samples' rows only
+            gz, xk = gz.index_select(0, kept), x.index_select(0, kept)
         else:
-            gw = gz2.t() @ x2
-        gb = gz2.sum(0) if ctx.has_bias else None
+            xk = x
+        gz2, x2 = gz.reshape(-1, out_f), xk.reshape(-1, in_f)
+        rows = gz2.shape[0]
+        gx = None
+        if ctx.needs_input_grad[0]:
+            gxk = (gz2 @ weight).view(xk.shape)
+            gx = gxk if kept is None else x.new_zeros(x.shape).index_copy_(0, kept, gxk)
+        gw, w_rows = None, rows
+        if ctx.needs_input_grad[1]:
+            nu = st.nu[j]
+            if (st.sample_w or st.measure_w) and nu < 1 and rows:
+                score = torch.linalg.vector_norm(gz2, dim=1) * torch.linalg.vector_norm(x2, dim=1)
+                q = water_fill(score, nu * rows)
+                if st.measure_w:
+                    on = q > 0
+                    st.w_var[j] += float(((1 / q[on] - 1) * score[on].double().pow(2)).sum())
+            if st.sample_w and nu < 1 and rows:
+                r = st.bernoulli(q).nonzero().squeeze(1)
+                w_rows = len(r)
+                gw = sampled_weight_grad(gz2.index_select(0, r), x2.index_select(0, r), 1 / q[r])
+            else:
+                gw = gz2.t() @ x2
+        gb = gz2.sum(0) if ctx.has_bias else None   # dropped rows are zero: the kept rows give the sum
+        skipped = (rows_all - rows if gx is not None else 0) + (rows_all - w_rows if gw is not None else 0)
+        st.skipped_flops += 2.0 * in_f * out_f * skipped
         return gx, gw, gb, None, None
 
 
 class SampledLinear(nn.Linear):
-    """nn.Linear whose weight gradient is SampleW'd while `state.sample_w` is on
-    (`state.measure_w` with `state.record` only records the variance SampleW would add)."""
+    """nn.Linear whose backward reads the kept samples (SampleA) and samples the rows of its
+    weight gradient (SampleW); a plain nn.Linear while `state.active` is off."""
     state: SamplingState | None = None
-    layer: int = 0
+    index: int = 0     # which ν (linear layers numbered in block order)
+    block: int = 0
 
     def forward(self, x):
         st = self.state
-        if st is None or not (st.sample_w or st.measure_w) or not torch.is_grad_enabled() or not self.weight.requires_grad:
+        if st is None or not st.active or not torch.is_grad_enabled():
             return F.linear(x, self.weight, self.bias)
-        return _SampleW.apply(x, self.weight, self.bias, st, self.layer)
+        return _SampledLinearFn.apply(x, self.weight, self.bias, st, self.index)
 
 
 class SampledBlock(nn.Module):
-    """Wraps one repeated block (the hidden state is its first input and first output).
+    """One repeated block followed by SampleA on its output (its first output when it returns a
+    tuple, as Hugging Face layers do). Samples are the first dimension of every activation."""
 
-    Other inputs (attention masks, ...) must not need gradients; those with one row per sample
-    are cut to the kept rows for the recomputation. A tuple output keeps its other elements.
-    """
-
-    def __init__(self, block: nn.Module, state: SamplingState, layer: int):
+    def __init__(self, block: nn.Module, state: SamplingState, index: int):
         super().__init__()
-        self.block, self.state, self.layer = block, state, layer
+        self.block, self.state, self.index = block, state, index
 
     def forward(self, x, *args, **kwargs):
-        if not (self.training and torch.is_grad_enabled()):
-            return self.block(x, *args, **kwargs)
-        rest, n = [], x.shape[0]
-
-        def cut(v, idx):
-            return v[idx] if idx is not None and torch.is_tensor(v) and v.dim() and v.shape[0] == n else v
-
-        def block_fn(h, idx=None):
-            out = self.block(h, *[cut(a, idx) for a in args], **{k: cut(v, idx) for k, v in kwargs.items()})
-            if isinstance(out, tuple):
-                if idx is None:
-                    rest[:] = out[1:]
-                return out[0]
+        out = self.block(x, *args, **kwargs)
+        if not (self.state.active and torch.is_grad_enabled()):
             return out
+        if isinstance(out, tuple):
+            return (_SampleA.apply(out[0], self.state, self.index), *out[1:])
+        return _SampleA.apply(out, self.state, self.index)
 
-        params = [p for p in self.block.parameters() if p.requires_grad]
-        y = _SampleA.apply(x, block_fn, self.state, self.layer, *params)
-        return (y, *rest) if rest else y
 
-
-def install(blocks: nn.ModuleList | nn.Sequential, state: SamplingState) -> None:
-    """Wrap every block in place and turn the nn.Linear layers inside into SampledLinear."""
+def install(blocks: nn.ModuleList | nn.Sequential, generator: torch.Generator | None = None) -> SamplingState:
+    """Wrap every block in place, turn the nn.Linear layers inside into SampledLinear (one ν
+    each, numbered in block order), and return the state they share."""
+    linears = [[m for m in block.modules() if type(m) is nn.Linear] for block in blocks]
+    state = SamplingState(len(blocks), sum(map(len, linears)), generator=generator)
+    j = 0
     for l, block in enumerate(list(blocks)):
-        for mod in block.modules():
-            if type(mod) is nn.Linear:
-                mod.__class__ = SampledLinear
-                mod.state, mod.layer = state, l
+        for mod in linears[l]:
+            mod.__class__ = SampledLinear
+            mod.state, mod.index, mod.block = state, j, l
+            j += 1
         blocks[l] = SampledBlock(block, state, l)
+    return state

@@ -1,0 +1,97 @@
+"""The stages of a data-free pruning experiment, as plain functions that `run` calls in order:
+train a network once, then prune copies of it (one group at a time, plain vs fused) and
+measure test accuracy — no fine-tuning after pruning (the paper's Section 4.1 protocol)."""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from methods.intra_fusion.prune import fold_batchnorm, ordered_groups, output_layer, prune
+
+FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
+
+
+def to_float(images: torch.Tensor) -> torch.Tensor:
+    """uint8 (N, C, H, W) -> standardised float32 (N, C, H, W)."""
+    return (images.float() / 255 - FASHION_MEAN) / FASHION_STD
+
+
+def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 2, batch_size: int = 64,
+        lr: float = 1e-3, seed: int = 0) -> nn.Module:
+    """Adam on the cross-entropy, shuffled mini-batches; returns the model in eval mode."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=gen).split(batch_size):
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return model.eval()
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000) -> float:
+    """Top-1 accuracy in percent, eval mode."""
+    model.eval()
+    correct = sum(int((model(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum())
+                  for i in range(0, len(x), batch_size))
+    return 100.0 * correct / len(x)
+
+
+def calibration_batches(x: torch.Tensor, y: torch.Tensor, batches: int = 4, batch_size: int = 64,
+                        seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`batches` random training batches for the Taylor importance's backward."""
+    idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[: batches * batch_size]
+    return [(x[i], y[i]) for i in idx.split(batch_size)]
+
+
+def group_count(model: nn.Module, example_inputs: torch.Tensor) -> int:
+    """Number of prunable groups (the classifier excluded) of `model`."""
+    import torch_pruning as tp
+
+    folded = fold_batchnorm(copy.deepcopy(model).eval())
+    graph = tp.DependencyGraph().build_dependency(folded, example_inputs=example_inputs)
+    return len(ordered_groups(graph, folded, [output_layer(folded)]))
+
+
+def pruned_copy(model: nn.Module, example_inputs: torch.Tensor, group: int, sparsity: float, importance: str,
+                fuse: bool, calibration=None, **fusion) -> nn.Module:
+    """A copy of `model` with one group pruned (the model itself is left alone)."""
+    return prune(copy.deepcopy(model), example_inputs, sparsity, importance=importance, fuse=fuse, groups=[group],
+                 calibration=calibration, **fusion)
+
+
+def sweep(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, example_inputs: torch.Tensor,
+          groups, cells, calibration=None, seed: int = 0) -> dict[str, list[float]]:
+    """Test accuracy of each pruned variant, per group.
+
+    cells: {name: dict(sparsity=…, importance=…, fuse=…, [normalization=…, source_mass=…, …])}.
+    Returns {name: [accuracy of group g for g in groups]}; 'random' importance is reseeded per
+    cell and group so plain and fused runs see the same scores.
+    """
+    out: dict[str, list[float]] = {name: [] for name in cells}
+    for g in groups:
+        for name, cell in cells.items():
+            torch.manual_seed(seed * 1000 + g)
+            net = pruned_copy(model, example_inputs, g, calibration=calibration, **cell)
+            out[name].append(accuracy(net, x_test, y_test))
+    return out
+
+
+def mini_cells(sparsities=(30, 50, 70), taylor_sparsity: int = 70, official_sparsity: int = 70) -> dict[str, dict]:
+    """The issue's mini-tier columns: prune_/fuse_l1_{s}, prune_/fuse_taylor_{s}, fuse_l1_{s}_official."""
+    cells = {}
+    for s in sparsities:
+        cells[f"prune_l1_{s}"] = dict(sparsity=s / 100, importance="l1", fuse=False)
+        cells[f"fuse_l1_{s}"] = dict(sparsity=s / 100, importance="l1", fuse=True)
+    s = taylor_sparsity
+    cells[f"prune_taylor_{s}"] = dict(sparsity=s / 100, importance="taylor", fuse=False)
+    cells[f"fuse_taylor_{s}"] = dict(sparsity=s / 100, importance="taylor", fuse=True)
+    cells[f"fuse_l1_{official_sparsity}_official"] = dict(sparsity=official_sparsity / 100, importance="l1",
+                                                          fuse=True, normalization="official")
+    return cells

@@ -1,0 +1,45 @@
+"""The generative process: a fixed, finite mixture of linear regressions (paper section 2)."""
+from __future__ import annotations
+
+import torch
+
+
+def check_prompts(xs: torch.Tensor, ys: torch.Tensor) -> None:
+    """xs (B, k, d) and ys (B, k) describe the same prompts."""
+    if xs.dim() != 3 or ys.dim() != 2 or xs.shape[:2] != ys.shape:
+        raise ValueError(f"prompts need xs of shape (B, k, d) and ys of shape (B, k), got {tuple(xs.shape)} "
+                         f"and {tuple(ys.shape)}")
+
+
+def check_noise_std(noise_std: float) -> None:
+    if not noise_std >= 0:
+        raise ValueError(f"noise_std must be >= 0, got {noise_std}")
+
+
+def check_components(components: torch.Tensor, dim: int) -> None:
+    if components.dim() != 2 or components.shape[1] != dim:
+        raise ValueError(f"components must have shape (m, {dim}) to match the prompts' x width {dim}, "
+                         f"got {tuple(components.shape)}")
+
+
+class MixtureOfRegressions:
+    """m vectors w*_j ~ N(0, I_d) drawn once from `seed`. A prompt of k examples: j uniform on
+    1..m, x_i ~ N(0, I_d), y_i = ⟨w*_j, x_i⟩ + σ ε_i with ε_i ~ N(0, 1)."""
+
+    def __init__(self, dim: int, num_components: int, noise_std: float, seed: int = 0,
+                 dtype: torch.dtype = torch.float32):
+        if dim < 1 or num_components < 1:
+            raise ValueError(f"dim and num_components must be >= 1, got dim={dim}, num_components={num_components}")
+        check_noise_std(noise_std)
+        self.dim, self.num_components, self.noise_std = dim, num_components, float(noise_std)
+        gen = torch.Generator().manual_seed(seed)
+        self.components = torch.randn(num_components, dim, generator=gen, dtype=torch.float64).to(dtype)  # (m, d)
+
+    def sample(self, batch: int, length: int, generator: torch.Generator | None = None):
+        """(xs (B, k, d), ys (B, k), component (B,)) for B = batch prompts of k = length examples."""
+        dtype = self.components.dtype
+        component = torch.randint(self.num_components, (batch,), generator=generator)
+        xs = torch.randn(batch, length, self.dim, generator=generator, dtype=dtype)
+        noise = torch.randn(batch, length, generator=generator, dtype=dtype)
+        ys = torch.einsum("bkd,bd->bk", xs, self.components[component]) + self.noise_std * noise
+        return xs, ys, component

@@ -1,0 +1,75 @@
+"""The in-context procedures that know the m components: the posterior mean (Bayes-optimal
+for squared loss; the paper's displays 4-6), the argmin oracle, and min-norm least squares.
+
+Every procedure predicts y_i from the prefix (x_t, y_t), t < i, and x_i, at every position i.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import einsum
+
+from methods.mixreg_transformer.mixture import check_components, check_noise_std, check_prompts
+
+
+def prefix_sq_residuals(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor) -> torch.Tensor:
+    """S_ij = Σ_{t<i} (y_t − ⟨w_j, x_t⟩)² (display 5, summed over the prefix): (B, k, m); S_0j = 0."""
+    check_prompts(xs, ys)
+    check_components(components, xs.shape[-1])
+    residuals = ys.unsqueeze(-1) - einsum(xs, components.to(xs.dtype), "b k d, m d -> b k m")
+    # an exclusive prefix sum (position i sees examples 0..i-1), not cumsum − r², which cancels
+    return F.pad(residuals.square().cumsum(1), (0, 0, 1, 0))[:, :-1]
+
+
+def component_weights(sq_residuals: torch.Tensor, noise_std: float) -> torch.Tensor:
+    """softmax_j(−S_j / 2σ²) over the last axis (display 6), in log space: the least S is
+    subtracted first, so the weights stay finite when every likelihood exp(−S/2σ²) underflows.
+    σ = 0 is the limit: equal weight on the components that share the least S, 0 elsewhere."""
+    check_noise_std(noise_std)
+    gap = sq_residuals - sq_residuals.amin(-1, keepdim=True)   # >= 0, exactly 0 at the minima
+    variance = float(noise_std) ** 2
+    scale = 0.5 / variance if variance > 0 else math.inf
+    if scale > torch.finfo(gap.dtype).max:                       # σ² too small for the dtype: the limit
+        logits = torch.where(gap == 0, 0.0, -math.inf).to(gap.dtype)
+    else:
+        logits = -gap * scale                                   # 0 at the minima, so never all −inf
+    return torch.softmax(logits, dim=-1)
+
+
+def posterior_weights(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor, noise_std: float) -> torch.Tensor:
+    """p_ij = P(component j | prefix before i) under a uniform prior (display 6): (B, k, m);
+    uniform at position 0."""
+    return component_weights(prefix_sq_residuals(xs, ys, components), noise_std)
+
+
+def _weighted_predictions(xs: torch.Tensor, weights: torch.Tensor, components: torch.Tensor) -> torch.Tensor:
+    per_component = einsum(xs, components.to(xs.dtype), "b k d, m d -> b k m")
+    return (weights * per_component).sum(-1)                   # (B, k)
+
+
+def posterior_mean_predictions(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor,
+                               noise_std: float) -> torch.Tensor:
+    """ŷ_i = Σ_j p_ij ⟨w_j, x_i⟩ (display 4): (B, k); position 0 gives the prior mean."""
+    return _weighted_predictions(xs, posterior_weights(xs, ys, components, noise_std), components)
+
+
+def argmin_predictions(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor) -> torch.Tensor:
+    """ŷ_i = ⟨w_ĵ, x_i⟩ with ĵ the least-residual component on the prefix (the oracle that knows
+    the components): (B, k). Exact ties (position 0) share the weight, so this is the σ → 0
+    limit of the posterior mean."""
+    return posterior_mean_predictions(xs, ys, components, 0.0)
+
+
+def ols_predictions(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """ŷ_i = ⟨ŵ_i, x_i⟩ with ŵ_i the minimum-norm least-squares fit to the prefix (the
+    pseudo-inverse, so under-determined prefixes i < d are fine); 0 at i = 0: (B, k).
+    Solved in float64: near i ≈ d the prefix is ill-conditioned."""
+    check_prompts(xs, ys)
+    x, y = xs.double(), ys.double()
+    out = torch.zeros_like(y)
+    for i in range(1, x.shape[1]):
+        w = torch.linalg.pinv(x[:, :i]) @ y[:, :i, None]          # (B, d, 1)
+        out[:, i] = (x[:, i, None, :] @ w)[:, 0, 0]
+    return out.to(ys.dtype)

@@ -1,0 +1,110 @@
+"""The stages of a run, as plain functions: prompt streams for training, the shared test
+prompts, every procedure's predictions on them, and the table's metrics and curves."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from common.data.sampler import StepSampler
+from methods.mixreg_transformer.em import batch_em
+from methods.mixreg_transformer.loss import normalized_sq_error
+from methods.mixreg_transformer.mixture import MixtureOfRegressions
+from methods.mixreg_transformer.procedures import argmin_predictions, ols_predictions, posterior_mean_predictions
+
+TEST_STREAM, TRAIN_STREAM = 0, 1
+REFERENCES = {"dist_pm": "posterior_mean", "dist_argmin": "argmin", "dist_ols": "ols"}
+
+
+def stream_seed(seed: int, *keys: int) -> int:
+    """A 64-bit seed for the stream (seed, *keys); distinct keys give independent streams."""
+    return int(np.random.SeedSequence([seed, *keys]).generate_state(1, dtype=np.uint64)[0])
+
+
+def fresh_prompt_batches(mixture: MixtureOfRegressions, batch: int, length: int, seed: int,
+                         rank: int = 0) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """batch_fn(step) -> (xs (batch, length, d), ys (batch, length)): new prompts at every step,
+    a pure function of (seed, step, rank), so a resumed run sees the same prompts."""
+    def batch_fn(step: int):
+        gen = torch.Generator().manual_seed(stream_seed(seed, TRAIN_STREAM, step, rank))
+        xs, ys, _ = mixture.sample(batch, length, gen)
+        return xs, ys
+    return batch_fn
+
+
+def fixed_prompt_batches(xs: torch.Tensor, ys: torch.Tensor, batch: int, seed: int, rank: int = 0,
+                         world_size: int = 1) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """batch_fn(step) drawing from a fixed set of prompts (the sample-efficiency runs):
+    a seeded permutation every epoch, sharded over ranks."""
+    sampler = StepSampler(len(xs), batch, seed, rank, world_size)
+
+    def batch_fn(step: int):
+        index = sampler(step)
+        return xs[index], ys[index]
+    return batch_fn
+
+
+def seen_prompts(batch_fn: Callable[[int], tuple], num_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `num_prompts` training prompts, in the order the model saw them (EM's data)."""
+    xs, ys, step, count = [], [], 0, 0
+    while count < num_prompts:
+        x, y = batch_fn(step)[:2]
+        xs.append(x), ys.append(y)
+        step, count = step + 1, count + len(x)
+    return torch.cat(xs)[:num_prompts], torch.cat(ys)[:num_prompts]
+
+
+def test_prompts(mixture: MixtureOfRegressions, num_prompts: int, length: int, seed: int):
+    """(xs, ys, component) from a stream of the run seed that training never draws from."""
+    gen = torch.Generator().manual_seed(stream_seed(seed, TEST_STREAM))
+    return mixture.sample(num_prompts, length, gen)
+
+
+@torch.no_grad()
+def transformer_predictions(model: torch.nn.Module, xs: torch.Tensor, ys: torch.Tensor, chunk: int = 1000) -> torch.Tensor:
+    """The model's predictions (B, k) in eval mode, `chunk` prompts per forward pass."""
+    model.eval()
+    device = next(model.parameters()).device
+    return torch.cat([model(xs[i:i + chunk].to(device), ys[i:i + chunk].to(device)).cpu()
+                      for i in range(0, len(xs), chunk)])
+
+
+def fit_em(xs: torch.Tensor, ys: torch.Tensor, num_components: int, noise_std: float, iters: int = 50,
+           seed: int = 0) -> torch.Tensor:
+    """EM's component estimates (m, d) from the prompts the transformer saw."""
+    return batch_em(xs, ys, num_components, noise_std, iters=iters, seed=seed)
+
+
+def all_predictions(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor, noise_std: float,
+                    model: torch.nn.Module | None = None, em_components: torch.Tensor | None = None) -> dict:
+    """{procedure: predictions (B, k)} on the same prompts; the transformer and EM rows only
+    when given. EM predicts with the posterior mean under its estimated components."""
+    preds = {"posterior_mean": posterior_mean_predictions(xs, ys, components, noise_std),
+             "argmin": argmin_predictions(xs, ys, components),
+             "ols": ols_predictions(xs, ys)}
+    if em_components is not None:
+        preds["em"] = posterior_mean_predictions(xs, ys, em_components, noise_std)
+    if model is not None:
+        preds = {"transformer": transformer_predictions(model, xs, ys), **preds}
+    return preds
+
+
+def nmse_curves(predictions: dict, ys: torch.Tensor, dim: int) -> dict[str, np.ndarray]:
+    """{procedure: nmse at every position (k,)} (the plot's curves)."""
+    return {name: normalized_sq_error(p.double(), ys.double(), dim).numpy() for name, p in predictions.items()}
+
+
+def procedure_metrics(predictions: dict, ys: torch.Tensor, dim: int) -> dict[str, dict[str, float]]:
+    """{procedure: {nmse, nmse_last, dist_pm, dist_argmin, dist_ols}}. nmse and dist_* average
+    positions 1..k-1 (position 0 has no examples); nmse_last is position k-1."""
+    out = {}
+    for name, p in predictions.items():
+        p = p.double()
+        curve = normalized_sq_error(p, ys.double(), dim)
+        row = {"nmse": float(curve[1:].mean()), "nmse_last": float(curve[-1])}
+        for key, ref in REFERENCES.items():
+            if ref in predictions:
+                row[key] = float(normalized_sq_error(p, predictions[ref].double(), dim)[1:].mean())
+        out[name] = row
+    return out

@@ -1,0 +1,175 @@
+"""The stages of a P²OT run as plain functions: features of augmented views from a frozen
+encoder, training the cluster head with one pseudo-labelling rule, the k-means baseline,
+and the metrics of both on the clustered set and on the test split."""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from common.ssl import apply, sample_params, to_float
+from methods.p2ot.loss import swapped_label_loss
+from methods.p2ot.metrics import cluster_metrics
+from methods.p2ot.model import ClusterHead, LogitsMemory
+from methods.p2ot.transport import logit_cost, rho_schedule, solve_augmented
+
+
+@torch.no_grad()
+def view_features(features_fn: Callable, images: torch.Tensor, views: int, augment, seed: int,
+                  batch_size: int = 1024) -> torch.Tensor:
+    """(V, N, D) features of `views` augmented copies of uint8 `images` (N, C, H, W).
+
+    features_fn maps float images in [0, 1] (B, C, H, W) to (B, D); `augment` holds the
+    ranges of common.ssl.sample_params (min_scale, flip_prob, jitter_prob, brightness,
+    contrast). The parameters are drawn from a generator seeded with `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(views):
+        chunks = []
+        for i in range(0, len(images), batch_size):
+            x = to_float(images[i:i + batch_size])
+            chunks.append(features_fn(apply(x, sample_params(len(x), augment, generator=gen))).float().cpu())
+        out.append(torch.cat(chunks))
+    return torch.stack(out)
+
+
+@torch.no_grad()
+def plain_features(features_fn: Callable, images: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+    """(N, D) features of the un-augmented uint8 images (what evaluation sees)."""
+    return torch.cat([features_fn(to_float(images[i:i + batch_size])).float().cpu()
+                      for i in range(0, len(images), batch_size)])
+
+
+def cosine_lr(base_lr: float, epoch: int, epochs: int, decay: float = 0.1) -> float:
+    """The official per-epoch cosine schedule, from base_lr down to base_lr · decay³."""
+    floor = base_lr * decay ** 3
+    return floor + (base_lr - floor) * (1 + math.cos(math.pi * epoch / epochs)) / 2
+
+
+def train_head(view_feats: torch.Tensor, num_clusters: int, *, epochs: int = 50, batch_size: int = 512,
+               lr: float = 5e-4, epsilon: float = 0.1, kl_weight: float = 1.0, rho_start: float = 0.1,
+               rho_end: float = 1.0, rho_kind: str = "sigmoid", memory_batches: int = 10,
+               hidden_dim: int = 256, out_dim: int = 128, logit_scale: float = 10.0, seed: int = 0,
+               max_iter: int = 1000, tol: float = 1e-6, warm_start: bool = True) -> tuple[ClusterHead, dict]:
+    """Train a ClusterHead on cached features (V, N, D) with one pseudo-labelling rule.
+
+    Each step takes a batch of images and two different random views of each, solves the
+    transport over the memory of recent logits (from the second epoch on; the first epoch
+    solves over the batch alone, as the official code does), and minimises the swapped
+    cross-entropy. ρ follows `rho_schedule` per step. Rules of the paper's table:
+    SeLa ρ₀ = ρ₁ = 1, λ = ∞; UOT ρ₀ = ρ₁ = 1, λ = 1; POT progressive ρ, λ = ∞; P²OT progressive ρ, λ = 1.
+    warm_start: each solve starts from the previous solve's column scaling (as the official
+    code does); the stopping rule (row marginals within tol) is the same either way.
+    Returns the head after the last epoch and a history (per step: loss, rho, label mass,
+    mean solver iterations).
+    """
+    num_views, n, dim = view_feats.shape
+    if num_views < 2:
+        raise ValueError(f"need at least 2 augmented views per image, got {num_views}")
+    steps_per_epoch = n // batch_size
+    if steps_per_epoch < 1:
+        raise ValueError(f"batch_size {batch_size} is larger than the {n} images")
+    total = epochs * steps_per_epoch
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    head = ClusterHead(dim, num_clusters, hidden_dim, out_dim, logit_scale)
+    opt = torch.optim.Adam(head.parameters(), lr=lr, weight_decay=0.0)
+    memory = LogitsMemory(num_clusters, memory_batches * batch_size) if memory_batches > 0 else None
+    history = {"loss": [], "rho": [], "label_mass": [], "iterations": []}
+    solve = dict(epsilon=epsilon, kl_weight=kl_weight, max_iter=max_iter, tol=tol, warn=False)
+    stalled, worst, scaling = 0, 0.0, None
+    for epoch in range(epochs):
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(lr, epoch, epochs)
+        if epoch == 1 and memory is not None:
+            fill_memory(head, view_feats[0], memory, batch_size, gen)
+        order = torch.randperm(n, generator=gen)
+        for i in range(steps_per_epoch):
+            step = epoch * steps_per_epoch + i
+            rho = rho_schedule(step, total, rho_start, rho_end, rho_kind)
+            idx = order[i * batch_size:(i + 1) * batch_size]
+            v1 = torch.randint(num_views, (len(idx),), generator=gen)
+            v2 = (v1 + torch.randint(1, num_views, (len(idx),), generator=gen)) % num_views
+            head.train()
+            logits = [head(view_feats[v1, idx]), head(view_feats[v2, idx])]     # 2 x (B, K)
+            labels, errors, iterations, scaling = batch_labels(logits, memory if epoch >= 1 else None, rho, solve,
+                                                               scaling if warm_start else None, warm_start)
+            stalled += sum(e >= tol for e in errors)
+            worst = max([worst, *errors])
+            loss = swapped_label_loss(logits, labels)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            history["loss"].append(float(loss.detach()))
+            history["rho"].append(rho)
+            history["label_mass"].append(float(labels[0].sum(1).mean()))
+            history["iterations"].append(sum(iterations) / len(iterations))
+    if stalled:
+        warnings.warn(f"{stalled} of {2 * total} P2OT solves stopped at max_iter={max_iter}; worst row "
+                      f"error {worst:.3g}", RuntimeWarning, stacklevel=2)
+    head.eval()
+    return head, history
+
+
+def batch_labels(logits: list[torch.Tensor], memory: LogitsMemory | None, rho: float, solve: dict,
+                 scaling: torch.Tensor | None = None, warm_start: bool = False):
+    """Pseudo-labels Y = N·Q (B, K) for each view's logits, solved over the batch alone or over
+    the memory after writing the view's logits into it (the second view overwrites the first's
+    rows); also each solve's row error and iterations, and the last column scaling. With
+    warm_start, each solve starts from the previous one's scaling (the first from `scaling`)."""
+    labels, errors, iterations, rows = [], [], [], None
+    for lg in logits:
+        if memory is None:
+            bank = lg
+        else:
+            if rows is None:
+                rows = memory.push(lg)
+            else:
+                memory.overwrite(rows, lg)
+            bank = memory.contents()
+        sol = solve_augmented(logit_cost(bank), rho, **solve, init_scaling=scaling)
+        scaling = sol.scaling if warm_start else None
+        y = (len(bank) * sol.plan[:, :-1]).to(lg.dtype)
+        labels.append(y if memory is None else y[rows])
+        errors.append(sol.row_error)
+        iterations.append(sol.iterations)
+    return labels, errors, iterations, sol.scaling
+
+
+@torch.no_grad()
+def fill_memory(head: ClusterHead, feats: torch.Tensor, memory: LogitsMemory, batch_size: int,
+                gen: torch.Generator) -> None:
+    """Initialise the memory with the current head's logits of random images (eval mode)."""
+    head.eval()
+    size = memory.logits.shape[0]
+    idx = torch.randperm(len(feats), generator=gen)[:size]
+    for i in range(0, len(idx), batch_size):
+        memory.push(head(feats[idx[i:i + batch_size]]))
+
+
+@torch.no_grad()
+def predict_clusters(head: ClusterHead, feats: torch.Tensor, batch_size: int = 4096) -> torch.Tensor:
+    """argmax cluster (N,) of the head's logits on features (N, D)."""
+    head.eval()
+    return torch.cat([head(feats[i:i + batch_size]).argmax(1) for i in range(0, len(feats), batch_size)])
+
+
+def kmeans_clusters(train_feats: torch.Tensor, test_feats: torch.Tensor, num_clusters: int, seed: int,
+                    n_init: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    """The baseline: scikit-learn KMeans on L2-normalised features; (train, test) cluster ids."""
+    from sklearn.cluster import KMeans
+
+    km = KMeans(num_clusters, n_init=n_init, random_state=seed)
+    train = km.fit_predict(F.normalize(train_feats, dim=1).double().numpy())
+    test = km.predict(F.normalize(test_feats, dim=1).double().numpy())
+    return torch.from_numpy(train).long(), torch.from_numpy(test).long()
+
+
+def evaluate_clusters(train_pred, train_y, test_pred, test_y, num_classes: int) -> dict[str, float]:
+    """acc, macc, nmi, f1 on the clustered (long-tailed) set and the same with `test_` on the test split."""
+    metrics = cluster_metrics(train_pred, train_y, num_classes)
+    metrics.update({f"test_{k}": v for k, v in cluster_metrics(test_pred, test_y, num_classes).items()})
+    return metrics

@@ -1,0 +1,339 @@
+"""mixreg_transformer: the posterior mean against Bayes' rule written out, OLS against numpy,
+an EM step against a loop, the sampler's statistics, the transformer's causal reading."""
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linear_sum_assignment
+from scipy.special import softmax
+from scipy.stats import norm
+
+from methods.mixreg_transformer import (MixRegTransformer, MixtureOfRegressions, argmin_predictions, batch_em,
+                                        normalized_sq_error, ols_predictions, posterior_mean_predictions,
+                                        posterior_weights)
+from methods.mixreg_transformer import stages
+from methods.mixreg_transformer.plots import nmse_vs_position
+
+D, M, SIGMA = 4, 3, 0.5
+
+
+def prompts(batch=6, length=7, dim=D, m=M, sigma=SIGMA, seed=0, dtype=torch.float64):
+    mix = MixtureOfRegressions(dim, m, sigma, seed=seed, dtype=dtype)
+    xs, ys, comp = mix.sample(batch, length, torch.Generator().manual_seed(seed + 1))
+    return mix, xs, ys, comp
+
+
+def bayes_rule(xs, ys, comps, sigma):
+    """(weights (B, k, m), predictions (B, k)) by explicit Gaussian likelihoods, prompt by prompt
+    and prefix by prefix: p_j ∝ (1/m) Π_{t<i} N(y_t; ⟨w_j, x_t⟩, σ²)."""
+    xs, ys, comps = xs.numpy(), ys.numpy(), comps.numpy()
+    b, k, _ = xs.shape
+    weights, preds = np.zeros((b, k, len(comps))), np.zeros((b, k))
+    for p in range(b):
+        for i in range(k):
+            joint = np.array([np.prod([norm.pdf(ys[p, t], loc=w @ xs[p, t], scale=sigma) for t in range(i)]) / len(comps)
+                              for w in comps])
+            weights[p, i] = joint / joint.sum()
+            preds[p, i] = sum(weights[p, i, j] * (comps[j] @ xs[p, i]) for j in range(len(comps)))
+    return weights, preds
+
+
+# --- the posterior mean (displays 4-6) ------------------------------------------------------
+
+def test_posterior_mean_matches_bayes_rule_prompt_by_prompt():
+    mix, xs, ys, _ = prompts(sigma=1.0)
+    weights, preds = bayes_rule(xs, ys, mix.components, 1.0)
+    np.testing.assert_allclose(posterior_weights(xs, ys, mix.components, 1.0).numpy(), weights, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(posterior_mean_predictions(xs, ys, mix.components, 1.0).numpy(), preds, rtol=1e-9, atol=1e-12)
+
+
+def test_weights_sum_to_one_are_uniform_at_position_zero_and_follow_a_permutation():
+    mix, xs, ys, _ = prompts()
+    w = posterior_weights(xs, ys, mix.components, SIGMA)
+    torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:2], dtype=w.dtype))
+    torch.testing.assert_close(w[:, 0], torch.full((len(xs), M), 1 / M, dtype=w.dtype))
+    perm = [2, 0, 1]
+    torch.testing.assert_close(posterior_weights(xs, ys, mix.components[perm], SIGMA), w[..., perm])
+    assert w[:, -1].max() > 0.9  # not trivially uniform: 6 examples pick a component
+
+
+def test_weights_ignore_the_order_inside_the_prefix():
+    mix, xs, ys, _ = prompts()
+    order = torch.tensor([3, 0, 4, 1, 2, 5, 6])   # shuffles examples 0..4; position 5 sees the same set
+    w = posterior_weights(xs, ys, mix.components, SIGMA)
+    w_shuffled = posterior_weights(xs[:, order], ys[:, order], mix.components, SIGMA)
+    torch.testing.assert_close(w_shuffled[:, 5:], w[:, 5:])
+    assert not torch.allclose(w_shuffled[:, 1:5], w[:, 1:5])
+
+
+@pytest.mark.parametrize("procedure", ["posterior_mean", "argmin", "ols"])
+def test_changing_y_t_moves_only_later_predictions(procedure):
+    mix, xs, ys, _ = prompts()
+    predict = {"posterior_mean": lambda x, y: posterior_mean_predictions(x, y, mix.components, SIGMA),
+               "argmin": lambda x, y: argmin_predictions(x, y, mix.components),
+               "ols": ols_predictions}[procedure]
+    t = 3
+    moved = ys.clone()
+    moved[:, t] += 5.0
+    before, after = predict(xs, ys), predict(xs, moved)
+    torch.testing.assert_close(after[:, :t + 1], before[:, :t + 1], rtol=0, atol=0)
+    # every later position moves for some prompt (a saturated posterior or the argmin may not move)
+    assert (after[:, t + 1:] - before[:, t + 1:]).abs().amax(0).gt(1e-6).all()
+
+
+def test_sigma_to_zero_is_argmin_and_finite_when_every_likelihood_underflows():
+    mix, xs, ys, _ = prompts(batch=20)
+    tiny = 1e-30
+    sq = (ys.unsqueeze(-1) - xs @ mix.components.T).square()[:, :1].sum(1)   # one example
+    assert np.all(np.exp(-sq.numpy() / (2 * tiny ** 2)) == 0.0)            # Bayes' rule written out: 0/0
+    for dtype in (torch.float32, torch.float64):
+        x, y, c = xs.to(dtype), ys.to(dtype), mix.components.to(dtype)
+        pm = posterior_mean_predictions(x, y, c, tiny)
+        assert torch.isfinite(pm).all() and pm.dtype == dtype
+        torch.testing.assert_close(pm, argmin_predictions(x, y, c))
+        torch.testing.assert_close(posterior_mean_predictions(x, y, c, 0.0), argmin_predictions(x, y, c))
+    # position 0: every component ties, so both give the prior mean
+    torch.testing.assert_close(argmin_predictions(xs, ys, mix.components)[:, 0], xs[:, 0] @ mix.components.mean(0))
+
+
+def test_argmin_is_exact_on_noiseless_prompts():
+    mix, xs, ys, comp = prompts(batch=50, sigma=0.0)
+    torch.testing.assert_close(argmin_predictions(xs, ys, mix.components)[:, 1:], ys[:, 1:])
+    w = posterior_weights(xs, ys, mix.components, 0.0)[:, 1:]
+    assert torch.equal(w.argmax(-1), comp.unsqueeze(1).expand(-1, w.shape[1]))
+
+
+def test_argmin_picks_the_least_residual_component_by_a_loop():
+    mix, xs, ys, _ = prompts(batch=10)
+    pred = argmin_predictions(xs, ys, mix.components)
+    for b in range(10):
+        for i in range(1, xs.shape[1]):
+            sse = [float(((ys[b, :i] - xs[b, :i] @ w) ** 2).sum()) for w in mix.components]
+            assert pred[b, i].item() == pytest.approx(float(xs[b, i] @ mix.components[int(np.argmin(sse))]), rel=1e-12)
+
+
+def test_posterior_mean_risk_is_below_argmin_beyond_noise():
+    """Bayes-optimality on 4000 prompts: the paired difference of per-prompt errors is positive
+    by more than 4 standard errors."""
+    mix, xs, ys, _ = prompts(batch=4000, length=10, sigma=1.0, seed=3)
+    err = lambda p: (p - ys)[:, 1:].square().mean(1)
+    diff = err(argmin_predictions(xs, ys, mix.components)) - err(posterior_mean_predictions(xs, ys, mix.components, 1.0))
+    assert diff.mean() > 4 * diff.std() / len(diff) ** 0.5
+
+
+# --- least squares and EM -------------------------------------------------------------------
+
+def test_ols_matches_numpy_lstsq_per_prefix():
+    _, xs, ys, _ = prompts(batch=5, length=9)   # prefixes shorter than, equal to and longer than d = 4
+    pred = ols_predictions(xs, ys)
+    x, y = xs.numpy(), ys.numpy()
+    for b in range(5):
+        assert pred[b, 0] == 0
+        for i in range(1, 9):
+            w = np.linalg.lstsq(x[b, :i], y[b, :i], rcond=None)[0]    # minimum norm (SVD)
+            assert pred[b, i].item() == pytest.approx(float(x[b, i] @ w), rel=1e-8, abs=1e-10)
+
+
+def test_one_em_step_matches_a_loop():
+    mix, xs, ys, _ = prompts(batch=12, length=5)
+    init = torch.randn(M, D, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    new = batch_em(xs, ys, M, SIGMA, iters=1, init=init)
+    x, y, w0 = xs.numpy(), ys.numpy(), init.numpy()
+    gamma = np.array([softmax([-((y[b] - x[b] @ w) ** 2).sum() / (2 * SIGMA ** 2) for w in w0]) for b in range(12)])
+    for j in range(M):
+        lhs = sum(gamma[b, j] * x[b].T @ x[b] for b in range(12))
+        rhs = sum(gamma[b, j] * x[b].T @ y[b] for b in range(12))
+        np.testing.assert_allclose(new[j].numpy(), np.linalg.solve(lhs, rhs), rtol=1e-9)
+
+
+def test_em_recovers_the_components():
+    mix, xs, ys, _ = prompts(batch=3000, length=10, seed=5)
+    est = batch_em(xs, ys, M, SIGMA, iters=30, seed=0)
+    dist = torch.cdist(est, mix.components).numpy()
+    rows, cols = linear_sum_assignment(dist)
+    # each estimate averages ~1000 prompts x 10 examples: its error is about σ/√10⁴ = 0.005 per coordinate
+    assert dist[rows, cols].max() < 0.05
+    assert est.dtype == ys.dtype and batch_em(xs.float(), ys.float(), M, SIGMA, iters=2).dtype == torch.float32
+
+
+# --- the generative process -------------------------------------------------------------------
+
+def test_sampler_residual_std_is_sigma_and_components_uniform():
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=1, dtype=torch.float64)
+    batch, length = 4000, 8
+    xs, ys, comp = mix.sample(batch, length, torch.Generator().manual_seed(0))
+    resid = (ys - torch.einsum("bkd,bd->bk", xs, mix.components[comp])).flatten()
+    n = len(resid)
+    # var(s²) = 2σ⁴/(n − 1) for Gaussian residuals; 4 standard deviations
+    assert abs(resid.var().item() - SIGMA ** 2) < 4 * SIGMA ** 2 * (2 / (n - 1)) ** 0.5
+    assert abs(resid.mean().item()) < 4 * SIGMA / n ** 0.5
+    counts = torch.bincount(comp, minlength=M).double()
+    assert (counts - batch / M).abs().max() < 4 * (batch * (1 / M) * (1 - 1 / M)) ** 0.5
+    assert abs(xs.var().item() - 1) < 4 * (2 / xs.numel()) ** 0.5
+
+
+def test_zero_predictor_nmse_is_mean_norm_plus_noise_over_d():
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=2, dtype=torch.float64)
+    xs, ys, _ = mix.sample(5000, 6, torch.Generator().manual_seed(1))
+    expected = (mix.components.square().sum(1).mean().item() + SIGMA ** 2) / D
+    per_prompt = ys.square().mean(1) / D                 # positions share a component: average them first
+    got = normalized_sq_error(torch.zeros_like(ys), ys, D).mean().item()
+    assert abs(got - expected) < 4 * per_prompt.std().item() / len(per_prompt) ** 0.5
+
+
+def test_noise_std_must_be_nonnegative_and_components_must_match_the_width():
+    mix, xs, ys, _ = prompts()
+    with pytest.raises(ValueError, match="noise_std"):
+        MixtureOfRegressions(D, M, -0.1)
+    with pytest.raises(ValueError, match="noise_std"):
+        posterior_weights(xs, ys, mix.components, -1.0)
+    with pytest.raises(ValueError, match="noise_std"):
+        batch_em(xs, ys, M, -1.0)
+    with pytest.raises(ValueError, match=r"\(m, 4\)"):
+        posterior_mean_predictions(xs, ys, torch.zeros(M, D + 1, dtype=xs.dtype), SIGMA)
+    with pytest.raises(ValueError, match=r"\(m, 4\)"):
+        argmin_predictions(xs, ys, torch.zeros(M, D - 1, dtype=xs.dtype))
+    with pytest.raises(ValueError, match="shape"):
+        ols_predictions(xs, ys[:, :-1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_procedures_keep_the_input_dtype(dtype):
+    mix, xs, ys, _ = prompts(dtype=dtype)
+    assert mix.components.dtype == xs.dtype == ys.dtype == dtype
+    for out in (posterior_weights(xs, ys, mix.components, SIGMA), posterior_mean_predictions(xs, ys, mix.components, SIGMA),
+                argmin_predictions(xs, ys, mix.components), ols_predictions(xs, ys)):
+        assert out.dtype == dtype
+
+
+# --- the transformer ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    torch.manual_seed(0)
+    return MixRegTransformer(D, width=16, depth=2, heads=2, max_len=8).eval()
+
+
+def test_transformer_sees_x_t_but_not_y_t_at_position_t(tiny_model):
+    _, xs, ys, _ = prompts(batch=3, length=8, dtype=torch.float32)
+    t = 4
+    with torch.no_grad():
+        base = tiny_model(xs, ys)
+        y_moved = ys.clone()
+        y_moved[:, t] += 3.0
+        after_y = tiny_model(xs, y_moved)
+        x_moved = xs.clone()
+        x_moved[:, t] += 3.0
+        after_x = tiny_model(x_moved, ys)
+    assert base.shape == (3, 8)
+    torch.testing.assert_close(after_y[:, :t + 1], base[:, :t + 1])          # y_t unseen at t
+    assert (after_y[:, t + 1:] - base[:, t + 1:]).abs().amin() > 1e-6
+    torch.testing.assert_close(after_x[:, :t], base[:, :t])                  # x_t unseen before t
+    assert (after_x[:, t] - base[:, t]).abs().amin() > 1e-6                   # ... and seen at t
+
+
+def test_transformer_rows_are_independent(tiny_model):
+    _, xs, ys, _ = prompts(batch=4, length=6, dtype=torch.float32)
+    with torch.no_grad():
+        together = tiny_model(xs, ys)
+        alone = torch.cat([tiny_model(xs[i:i + 1], ys[i:i + 1]) for i in range(4)])
+        changed = ys.clone()
+        changed[0] += 10.0
+        others = tiny_model(xs, changed)[1:]
+    torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(others, together[1:], rtol=1e-5, atol=1e-6)
+
+
+def test_transformer_rejects_long_prompts_and_wrong_width(tiny_model):
+    _, xs, ys, _ = prompts(batch=2, length=9, dtype=torch.float32)
+    with pytest.raises(ValueError, match="max_len 8"):
+        tiny_model(xs, ys)
+    with pytest.raises(ValueError, match="width 4"):
+        tiny_model(torch.zeros(2, 3, D + 1), torch.zeros(2, 3))
+
+
+def test_training_step_learns_a_fixed_batch():
+    torch.manual_seed(0)
+    model = MixRegTransformer(D, width=16, depth=2, heads=2, max_len=8)
+    _, xs, ys, _ = prompts(batch=32, length=8, dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss, logs = model.training_step((xs, ys))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert np.isfinite(losses).all() and "nmse_last" in logs
+    assert losses[-1] < 0.7 * losses[0]
+
+
+# --- the run's stages -----------------------------------------------------------------------------
+
+def test_prompt_streams_are_pure_and_distinct():
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=0)
+    batch_fn = stages.fresh_prompt_batches(mix, 8, 5, seed=0)
+    a, b = batch_fn(3), batch_fn(3)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(batch_fn(4)[0], a[0])
+    assert not torch.equal(stages.fresh_prompt_batches(mix, 8, 5, seed=1)(3)[0], a[0])
+    test_xs = stages.test_prompts(mix, 8, 5, seed=0)[0]
+    assert not any(torch.equal(test_xs, batch_fn(s)[0]) for s in range(3))
+    seen_xs, _ = stages.seen_prompts(batch_fn, 20)
+    assert seen_xs.shape == (20, 5, D) and torch.equal(seen_xs[8:16], batch_fn(1)[0])
+    fixed = stages.fixed_prompt_batches(seen_xs, seen_xs[..., 0], 4, seed=0)
+    assert torch.equal(fixed(2)[0], fixed(2)[0]) and fixed(2)[0].shape == (4, 5, D)
+
+
+def test_procedure_metrics_and_plot(tmp_path, tiny_model):
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=0)
+    xs, ys, _ = stages.test_prompts(mix, 50, 8, seed=0)
+    preds = stages.all_predictions(xs, ys, mix.components, SIGMA, model=tiny_model, em_components=mix.components)
+    metrics = stages.procedure_metrics(preds, ys, D)
+    assert list(metrics) == ["transformer", "posterior_mean", "argmin", "ols", "em"]
+    assert metrics["posterior_mean"]["dist_pm"] == 0 and metrics["ols"]["dist_ols"] == 0
+    # EM given the true components is the posterior mean
+    assert metrics["em"]["dist_pm"] == pytest.approx(0, abs=1e-10)
+    by_hand = ((preds["argmin"].double() - ys.double()) ** 2)[:, 1:].mean().item() / D
+    assert metrics["argmin"]["nmse"] == pytest.approx(by_hand, rel=1e-9)
+    assert metrics["argmin"]["nmse_last"] == pytest.approx(((preds["argmin"] - ys) ** 2)[:, -1].mean().item() / D, rel=1e-5)
+    curves = stages.nmse_curves(preds, ys, D)
+    assert nmse_vs_position(curves, tmp_path / "nmse.png", "test", noise_floor=SIGMA ** 2 / D).stat().st_size > 1000
+
+
+def test_trainer_drives_the_model_on_fresh_prompts_and_resumes_exactly(tmp_path):
+    """The run's training stage: common/trainer.py's Trainer with `training_step` and the pure
+    prompt stream; a run stopped by SIGTERM and resumed gives the uninterrupted run's losses."""
+    import os
+    import signal
+
+    from omegaconf import OmegaConf
+
+    from common.hardware import Hardware
+    from common.logging import MetricLogger, read_jsonl
+    from common.trainer import RunInterrupted, Trainer
+
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=0)
+    cfg = OmegaConf.create(dict(max_steps=6, batch_size=8, grad_accum=1, clip_grad=1.0, log_every=1, eval_every=0,
+                                ckpt_every=0, progress=False, schedule={"name": "cosine", "warmup_steps": 2},
+                                optimizer={"_target_": "torch.optim.AdamW", "lr": 1e-3, "weight_decay": 0.0}))
+    prompts_fn = stages.fresh_prompt_batches(mix, 8, 6, seed=0)
+
+    def trainer(run_dir, stop_at=None, resume=False):
+        torch.manual_seed(1 if resume else 0)   # a resumed process starts from another RNG state
+
+        def batch_fn(step):
+            if step == stop_at:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return prompts_fn(step)
+        model = MixRegTransformer(D, width=16, depth=2, heads=2, max_len=8)
+        return Trainer(model, cfg, Hardware(device=torch.device("cpu")), run_dir,
+                       MetricLogger(run_dir, OmegaConf.create({"kind": "jsonl"}), resume=resume), batch_fn)
+
+    trainer(tmp_path / "full").fit()
+    with pytest.raises(RunInterrupted):
+        trainer(tmp_path / "part", stop_at=3).fit()
+    trainer(tmp_path / "part", resume=True).fit(resume=True)
+    full_losses = [r["loss"] for r in read_jsonl(tmp_path / "full" / "metrics.jsonl")]
+    part_losses = [r["loss"] for r in read_jsonl(tmp_path / "part" / "metrics.jsonl")]
+    assert len(full_losses) == 6 and np.isfinite(full_losses).all()
+    np.testing.assert_allclose(part_losses, full_losses, rtol=1e-6)
