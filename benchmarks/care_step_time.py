@@ -14,7 +14,7 @@ from benchmarks.common_bench import interleaved, save  # noqa: E402
 from common.config import CONFIG_DIR  # noqa: E402
 from methods.care import build  # noqa: E402
 
-BATCH, REPEATS = 256, 7
+BATCH, REPEATS = 128, 7  # the mini tier's batch
 
 
 def step_fn(overrides: list[str]):

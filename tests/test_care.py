@@ -10,7 +10,6 @@ from common.nn import SmallCNN
 from common.ssl import Augment
 from methods.care import CARE, equivariance_loss, relative_equivariance, uniformity_loss, wahba_error
 from methods.care.colour import hue_of, hue_rotation, rotate_hue, tint, tint_colour
-from methods.care.evaluate import validation_splits
 from methods.care.metrics import displacement, procrustes_rotation, rotation_residual, sensitivity_r2
 from methods.care.model import augment_images
 
@@ -246,15 +245,3 @@ def test_sensitivity_r2_recovers_a_linear_signal_and_a_hue_circle():
     circle = torch.stack([torch.cos(h), torch.sin(h)], dim=1)
     z[:, 1:3] = circle
     assert sensitivity_r2(z[:300], circle[:300], z[300:], circle[300:], alpha=1e-3) > 0.99
-
-
-def test_validation_split_leaves_test_alone():
-    images = torch.arange(100).view(100, 1, 1, 1)
-    splits = {"train": (images[:50], torch.zeros(50)), "eval_train": (images[50:], torch.arange(50)),
-              "test": (images[:10] + 1000, torch.zeros(10))}
-    val = validation_splits(splits, 20)
-    assert val["test"][0].flatten().tolist() == list(range(50, 70))
-    assert val["eval_train"][0].flatten().tolist() == list(range(70, 100))
-    assert not set(val["test"][0].flatten().tolist()) & {int(v) for v in splits["test"][0].flatten()}
-    with pytest.raises(ValueError, match="val_size"):
-        validation_splits(splits, 50)

@@ -1,6 +1,5 @@
 """CARE's evaluation beside the linear probe and kNN: how augmentations act on the embedding
-(W_f, γ_f and the two parts of γ_f) and what the embedding still knows (sensitivity R²); plus
-the validation split that hyper-parameters are chosen on."""
+(W_f, γ_f and the two parts of γ_f) and what the embedding still knows (sensitivity R²)."""
 from __future__ import annotations
 
 import torch
@@ -12,16 +11,6 @@ from methods.care.colour import hue_of
 from methods.care.metrics import (displacement, relative_equivariance, rotation_residual, sensitivity_r2,
                                   wahba_error)
 from methods.care.model import Views, augment_images, sample_views
-
-
-def validation_splits(splits: dict[str, tuple], size: int) -> dict[str, tuple]:
-    """Hold out the first `size` images of the probe's training split ('eval_train', train-set
-    images) as the evaluation split: the test split is never looked at while tuning."""
-    images, labels = splits["eval_train"]
-    if not 0 < size < len(labels):
-        raise ValueError(f"val_size must be in (0, {len(labels)}) (the eval_train images), got {size}")
-    return {"train": splits["train"], "eval_train": (images[size:], labels[size:]),
-            "test": (images[:size], labels[:size])}
 
 
 @torch.no_grad()
