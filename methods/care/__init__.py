@@ -1,47 +1,46 @@
 """CARE: Contrastive Augmentation-induced Rotational Equivariance (ICLR 2024). See README.md."""
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from hydra.utils import instantiate
 
-from common.ssl import AugParams, apply, run_contrastive, sample_params, to_float
-from methods.care.loss import care_loss, equivariance_loss
+from common import data, tasks
+from common.tasks.contrastive import evaluation_splits
+from common.config import UserError
+from methods.care.colour import tint_splits
+from methods.care.evaluate import equivariance_metrics
+from methods.care.loss import care_loss, equivariance_loss, uniformity_loss
 from methods.care.metrics import relative_equivariance, sensitivity_r2, wahba_error
-from methods.care.model import CARE, chunk_params
+from methods.care.model import CARE, Views
 
 
-@torch.no_grad()
-def equivariance_metrics(model: CARE, splits, device, cfg) -> dict[str, float]:
-    """W_f and γ_f over `cfg.num_augs` fixed augmentations of held-out images, and the R² of
-    predicting the brightness factor from the embedding (all on the unit-sphere embedding)."""
-    def embed(x):
-        return torch.cat([F.normalize(model.embed(x[i:i + 512].to(device)), dim=1).cpu()
-                          for i in range(0, len(x), 512)]).double()
-
-    x = to_float(splits["test"][0][: cfg.num_images])
-    gen = torch.Generator().manual_seed(cfg.seed)
-    augs = sample_params(cfg.num_augs, model.cfg.augment, generator=gen)
-    F0 = embed(x)
-    F_augs = torch.stack([embed(apply(x, augs[a].repeat_interleave(len(x)))) for a in range(cfg.num_augs)])
-
-    def brightness_set(images, offset):
-        xb = to_float(images)
-        p = AugParams.identity(len(xb))
-        g = torch.Generator().manual_seed(cfg.seed + offset)
-        p.brightness = 1 + model.cfg.augment.brightness * (2 * torch.rand(len(xb), generator=g) - 1)
-        return embed(apply(xb, p)).float(), p.brightness
-
-    tr_z, tr_t = brightness_set(splits["eval_train"][0][: cfg.sensitivity_train], 1)
-    te_z, te_t = brightness_set(splits["test"][0][: cfg.sensitivity_test], 2)
-    return {"wahba_error": sum(wahba_error(F0, Fa) for Fa in F_augs) / cfg.num_augs,
-            "rel_equivariance": relative_equivariance(F0, F_augs),
-            "sensitivity_r2": sensitivity_r2(tr_z, tr_t, te_z, te_t)}
+def build(cfg) -> CARE:
+    """The model from the config alone (no data): encoder + projector + CARE's terms."""
+    encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
+    return instantiate(cfg.method.model, encoder=encoder, feat_dim=feat_dim)
 
 
-def run(cfg) -> dict[str, float]:
-    """SimCLR pre-training plus λ·L_equi, then probe/kNN accuracy and the equivariance metrics."""
-    return run_contrastive(cfg, CARE, lambda m, s, d: equivariance_metrics(m, s, d, cfg.method.eval))
+def splits_of(cfg) -> dict[str, tuple]:
+    """The image splits, tinted when the dataset asks for it (`dataset.tint: hue`)."""
+    splits = data.image_splits(cfg.dataset)
+    tint = cfg.dataset.get("tint")
+    if tint is not None:
+        if tint != "hue" or cfg.dataset.in_chans != 3:
+            raise UserError(f"dataset.tint must be 'hue' with dataset.in_chans: 3, got tint={tint!r}, "
+                            f"in_chans={cfg.dataset.in_chans}", exit_code=2)
+        splits = tint_splits(splits)
+    return splits
 
 
-__all__ = ["CARE", "care_loss", "chunk_params", "equivariance_loss", "equivariance_metrics",
-           "relative_equivariance", "run", "sensitivity_r2", "wahba_error"]
+def run(cfg, ctx) -> dict[str, float]:
+    """Pre-train with L_base + λ·L_equi, then probe/kNN accuracy and the equivariance metrics,
+    all scored on the split `eval.on` names (test, or validation images for tuning)."""
+    splits = splits_of(cfg)
+    fit, score = evaluation_splits(splits, cfg.eval)        # the metrics read the probe's splits
+    metrics = instantiate(cfg.method.metrics)              # equivariance_metrics with its knobs bound
+    hue = cfg.dataset.get("tint") == "hue"
+    return tasks.contrastive(ctx, build(cfg), splits, cfg.eval, extra_metrics=lambda m: metrics(
+        m, {"eval_train": fit, "test": score}, ctx.device, hue_attribute=hue))
+
+
+__all__ = ["CARE", "Views", "build", "care_loss", "equivariance_loss", "equivariance_metrics",
+           "relative_equivariance", "run", "sensitivity_r2", "uniformity_loss", "wahba_error"]
