@@ -435,3 +435,27 @@ def test_build_follows_the_config(compose_cfg):
                        "name: small_cnn, width: 4}", "method.model={_target_: methods.lrr.ResNetClassifier}"])
     model = build(cfg)
     assert isinstance(model, ResNetClassifier) and model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+
+
+def test_single_neuron_inits_are_drawn_apart_from_the_data():
+    """a₀ and w₀ come from their own stream: seeded like the data, they would be its first entries."""
+    import torch
+
+    from methods.lrr import stages
+    from methods.lrr.theory import single_neuron_data
+
+    seen = {}
+    real = stages.single_neuron_compare
+
+    def spy(a0, w0, *args):
+        seen["a0"], seen["w0"] = a0, w0
+        return real(a0, w0, *args)
+
+    stages.single_neuron_compare, old = spy, stages.single_neuron_compare
+    try:
+        stages.single_neuron_experiment(3, "imp", dim=4, num_inits=8, steps=2, lr=0.1, num_samples=64)
+    finally:
+        stages.single_neuron_compare = old
+    x, _ = single_neuron_data(64, 4, seed=3)
+    assert not torch.isclose(seen["a0"], x.flatten()[:8]).any()
+    assert not torch.isclose(seen["w0"].flatten() * 2, x.flatten()[8:40]).any()

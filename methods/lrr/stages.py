@@ -103,12 +103,17 @@ def pruning_experiment(ctx, model: nn.Module, train: tuple, test: tuple, *, proc
     return out
 
 
+INIT_STREAM = 1_000_003   # offset of the init generator's seed from the data's
+
+
 def single_neuron_experiment(seed: int, procedure: str, *, dim: int, num_inits: int, steps: int, lr: float,
                              num_samples: int) -> dict[str, float]:
     """Section 2 over `num_inits` random inits (a₀ ~ N(0, 1), w₀ ~ N(0, I/d)), batched, restarted
     by `procedure` ('imp' | 'lrr'): the share of inits that learn the target (`success`), the
     share whose dense run's largest weight is w₁ (`mask_correct`), the median final loss."""
-    gen = torch.Generator().manual_seed(seed)
+    # the inits get their own stream: seeded like the data (theory.single_neuron_data), a₀ and √d·w₀
+    # would be the first entries of x, not independent of the samples
+    gen = torch.Generator().manual_seed(seed + INIT_STREAM)
     a0 = torch.randn(num_inits, generator=gen, dtype=torch.float64)
     w0 = torch.randn(num_inits, dim, generator=gen, dtype=torch.float64) / dim ** 0.5
     r = single_neuron_compare(a0, w0, (procedure,), steps, lr, num_samples, seed)[procedure]
