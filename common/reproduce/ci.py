@@ -4,11 +4,15 @@ while the budget lasts, a rotating share of the others, oldest verification firs
 (`reproduce.py --ci-plan` prints it).
 
 Stale tables that do not fit the budget are not run: CI lists them as STALE (their committed
-numbers describe older code) and exits 0 for them. The fix is the one the design asks for:
-re-run them (`make mini-all`) and commit results/, not a CI that outgrows its 90 minutes."""
+numbers describe older code) and exits 0 for them. A table with no fingerprinted record at all
+(never recorded under the current protocol) has nothing for CI to re-check: CI lists it as
+UNRECORDED and does not run it (CI writes nothing, so running it would never record it). The fix
+for both is the one the design asks for: re-run them (`make mini-all`) and commit results/, not a
+CI that outgrows its 90 minutes."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 
 from common.config import CONFIG_DIR
@@ -44,9 +48,10 @@ def _recorded(method: str, tier: str) -> tuple[dict | None, float, str]:
 
 
 # CI's machine has 2 cores; torch uses both, at about this speed-up over one (measured on the
-# CPU tiers). CPU seconds are what a run costs whatever else the machine did while it ran;
-# wall seconds, recorded on a busy machine, overstate it.
-CORES_USED = 1.6
+# CPU tiers), unless OMP_NUM_THREADS=1 (how .ci/run re-checks: the records are made at one thread,
+# and a different thread count may change the floats). CPU seconds are what a run costs whatever
+# else the machine did while it ran; wall seconds, recorded on a busy machine, overstate it.
+CORES_USED = 1.0 if os.environ.get("OMP_NUM_THREADS") == "1" else 1.6
 
 
 def estimated_minutes(runs: dict[str, list[dict]]) -> float:
@@ -59,8 +64,9 @@ def estimated_minutes(runs: dict[str, list[dict]]) -> float:
 
 def plan(budget_min: float, tier: str = "mini", unknown_min: float = 8.0) -> list[PlanEntry]:
     """Stale tables first (cheapest first; those beyond `budget_min` are kept as `deferred`), then
-    packages-changed ones, then the oldest verified, while the estimated minutes fit `budget_min`.
-    A table with no recorded time counts `unknown_min`."""
+    packages-changed ones, then the oldest verified, while the estimated minutes fit `budget_min`;
+    tables with no fingerprinted record last, never run (UNRECORDED). A table with no recorded time
+    counts `unknown_min`."""
     from hydra import initialize_config_dir
 
     entries = []
@@ -70,7 +76,10 @@ def plan(budget_min: float, tier: str = "mini", unknown_min: float = 8.0) -> lis
             recorded, minutes, verified = _recorded(method, tier)
             why = staleness(recorded, table_fingerprint(method, experiment))
             entries.append(PlanEntry(method, experiment, why or "rotation", minutes or unknown_min, verified,
-                                     required=why in ("code changed", "settings changed", "no record")))
+                                     required=why in ("code changed", "settings changed"),
+                                     deferred=why == "no record"))
+    unrecorded = [e for e in entries if e.reason == "no record"]
+    entries = [e for e in entries if e.reason != "no record"]
     required = sorted((e for e in entries if e.required), key=lambda e: (e.minutes, e.method))
     optional = sorted((e for e in entries if not e.required),
                       key=lambda e: (e.reason != "packages changed", e.verified))
@@ -82,21 +91,26 @@ def plan(budget_min: float, tier: str = "mini", unknown_min: float = 8.0) -> lis
         elif e.required:
             e.deferred = True
             chosen.append(e)
-    return chosen
+    return chosen + unrecorded
 
 
 def describe(entries: list[PlanEntry], budget_min: float) -> str:
     lines = [f"CI plan (budget {budget_min:.0f} min for tables):", "",
              "| method | table | why | est. min | last verified |", "|---|---|---|---|---|"]
     for e in entries:
-        tag = " (STALE, beyond the budget: not run)" if e.deferred else " (required)" if e.required else ""
+        tag = (" (UNRECORDED: not run)" if e.reason == "no record" else " (STALE, beyond the budget: not run)"
+               if e.deferred else " (required)" if e.required else "")
         lines.append(f"| {e.method} | {e.experiment} | {e.reason}{tag} | {e.minutes:.1f} | {e.verified[:16]} |")
     runs = [e for e in entries if not e.deferred]
     total = sum(e.minutes for e in runs)
     skipped = len(headline_methods()) - len(entries)
     lines += ["", f"Estimated {total:.1f} min for {len(runs)} tables; {skipped} current tables wait for "
               f"a later rotation."]
-    deferred = [e.method for e in entries if e.deferred]
+    deferred = [e.method for e in entries if e.deferred and e.reason != "no record"]
+    unrecorded = [e.method for e in entries if e.reason == "no record"]
+    if unrecorded:
+        lines.append(f"WARNING: {len(unrecorded)} headline tables have no fingerprinted record and are not "
+                     f"checked by CI: {', '.join(unrecorded)}. Run them (make mini-all) and commit results/.")
     if deferred:
         lines.append(f"WARNING: {len(deferred)} stale tables do not fit the budget and are not re-checked: "
                      f"{', '.join(deferred)}. Their committed numbers describe older code; re-run them "
