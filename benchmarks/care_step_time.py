@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from benchmarks.common_bench import interleaved, save  # noqa: E402
+from benchmarks.common_bench import interleaved, save, train_step  # noqa: E402
 from common.config import CONFIG_DIR  # noqa: E402
 from methods.care import build  # noqa: E402
 
@@ -23,15 +23,8 @@ def step_fn(overrides: list[str]):
         cfg = compose("train", overrides=["method=care", *overrides])
     torch.manual_seed(0)
     model = build(cfg)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     images = torch.randint(0, 256, (BATCH, cfg.dataset.in_chans, 28, 28), dtype=torch.uint8)
-
-    def step():
-        loss, _ = model.training_step(images)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return step, cfg
+    return train_step(model, images), cfg
 
 
 def main():

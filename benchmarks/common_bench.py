@@ -55,21 +55,13 @@ def save(name: str, payload: dict, table: str | None = None) -> Path:
     return path
 
 
-def ssl_step(model_cls, cfg, batch: int):
-    """(one training step of `model_cls` on random 28x28 grey images, those images), seeded."""
-    import torch
-
-    from common.nn import build_backbone
-
-    torch.manual_seed(0)
-    encoder, dim = build_backbone(cfg.backbone, 1, 28)
-    model = model_cls(encoder, dim, cfg)
+def train_step(model, images):
+    """A closure running one AdamW step of `model.training_step(images)` (seeded model, fixed batch)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    images = torch.randint(0, 256, (batch, 1, 28, 28), dtype=torch.uint8)
 
     def step():
         loss, _ = model.training_step(images)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    return step, images
+    return step
