@@ -129,6 +129,9 @@ def run_plan(entries: list[PlanEntry], budget_min: float = float("inf")) -> int:
     status, start = 0, time.time()
     for e in entries:
         left = budget_min - (time.time() - start) / 60
+        if e.reason == "no record":
+            print(f"=== {e.experiment}: not run (UNRECORDED: no fingerprinted record to re-check) ===", flush=True)
+            continue
         if e.deferred or e.minutes > left:
             print(f"=== {e.experiment}: not run ({'stale, ' if e.required else ''}estimated {e.minutes:.1f} min, "
                   f"{max(left, 0):.1f} min of the budget left) ===", flush=True)
