@@ -172,3 +172,14 @@ def test_publishing_some_tables_keeps_the_records_other_tables(tmp_path, monkeyp
     assert [(t["experiment"], t["runs"]["r"][0]["acc"]) for t in record["tables"]] == [("m_mini", 3.0), ("m_mini_extra", 2.0)]
     pub.publish("m", "mini", [table("m_mini", 4.0)], "cmd", {})
     assert [t["experiment"] for t in json.loads((tmp_path / "m_mini.json").read_text())["tables"]] == ["m_mini"]
+
+
+def test_a_changed_seed_list_makes_a_table_stale():
+    current = {"code": "c", "settings": "s", "env": {}, "seeds": [3, 4, 5]}
+    assert fingerprint.staleness({"code": "c", "settings": "s", "env": {}, "seeds": [3, 4, 5]}, current) is None
+    assert fingerprint.staleness({"code": "c", "settings": "s", "env": {}, "seeds": [0, 1, 2]},
+                                 current) == "seeds changed"
+    # a record made before seeds were fingerprinted: the table's own seed list stands in
+    old = {"code": "c", "settings": "s", "env": {}}
+    assert fingerprint.staleness(old, current, recorded_seeds=[0, 1, 2]) == "seeds changed"
+    assert fingerprint.staleness(old, current) is None

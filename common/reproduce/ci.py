@@ -37,14 +37,19 @@ def headline_methods(tier: str = "mini") -> list[str]:
 
 
 def _recorded(method: str, tier: str) -> tuple[dict | None, float, str]:
+    """(fingerprint with the recorded seeds in it, estimated minutes, time of the record)."""
     path = RESULTS_DIR / f"{method}_{tier}.json"
     if not path.exists():
         return None, 0.0, "never"
     record = json.loads(path.read_text())
-    table = next((t for t in record["tables"] if t["experiment"] == f"{method}_{tier}"), None)
+    table = next((t for t in record["tables"] if t["experiment"] == f"{method}_{tier}"
+                  and not t.get("held_out")), None)
     if table is None:
         return None, 0.0, "never"
-    return table.get("fingerprint"), estimated_minutes(table["runs"]), record.get("provenance", {}).get("time", "never")
+    fingerprint = table.get("fingerprint")
+    if fingerprint is not None and "seeds" not in fingerprint and table.get("seeds") is not None:
+        fingerprint = {**fingerprint, "seeds": table["seeds"]}
+    return fingerprint, estimated_minutes(table["runs"]), record.get("provenance", {}).get("time", "never")
 
 
 # CI's machine has 2 cores; torch uses both, at about this speed-up over one (measured on the

@@ -89,18 +89,23 @@ def table_fingerprint(method: str, experiment: str, extra: list[str] = ()) -> di
     rows = {row: run_settings(compose("train", overrides=[f"experiment={experiment}", *ov, *extra]))
             for row, ov in base.table.rows.items()}
     code, files = code_hash(method)
-    return {"code": code, "settings": settings_hash(rows), "env": env_versions(), "files": files}
+    return {"code": code, "settings": settings_hash(rows), "env": env_versions(), "files": files,
+            "seeds": list(base.table.seeds)}
 
 
-def staleness(recorded: dict | None, current: dict) -> str | None:
+def staleness(recorded: dict | None, current: dict, recorded_seeds: list | None = None) -> str | None:
     """Why a recorded table no longer matches: 'no record', 'code changed', 'settings changed',
-    'packages changed', or None when it is current."""
+    'seeds changed', 'packages changed', or None when it is current. A record made before seeds were
+    fingerprinted carries them beside the fingerprint (`recorded_seeds`)."""
     if not recorded:
         return "no record"
     if recorded.get("code") != current["code"]:
         return "code changed"
     if recorded.get("settings") != current["settings"]:
         return "settings changed"
+    seeds = recorded.get("seeds", recorded_seeds)
+    if seeds is not None and "seeds" in current and list(seeds) != list(current["seeds"]):
+        return "seeds changed"
     if recorded.get("env") != current["env"]:
         return "packages changed"
     return None
