@@ -335,6 +335,8 @@ def test_bad_arguments_are_named():
         Sampled(net, net.blocks, mode="fast")
     with pytest.raises(ValueError, match="m >= 2"):
         Sampled(net, net.blocks, m=1)
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        Sampled(net, net.blocks, kernels="cuda")
 
 
 def test_hf_bert_layers_are_wrapped_and_unbiased():

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import nn
 
-from common.kernels import IMPLS
+from common.kernels import IMPLS, resolve_impl
 from common.kernels.soft_moe import soft_moe
 
 
@@ -44,8 +44,9 @@ class SoftMoE(nn.Module):
     scale_init: the learned scale's start (official code: 1, so the logits start in [-1, 1] and
     routing near uniform; √d gives Algorithm 1's un-normalised logits X·Φ at initialisation,
     whose LayerNorm'd tokens have norm √d and LeCun-normal columns of Φ norm ≈ 1).
-    kernels: "reference" (this module's einsums) | "triton" | "auto": soft/soft routing through
-    common.kernels.soft_moe, the fused kernel (D and C never materialised).
+    kernels (hardware.kernels): "reference" | "triton" | "auto" (common.kernels.resolve_impl); where it
+    resolves to Triton, soft/soft routing runs common.kernels.soft_moe's fused kernel (D and C never
+    materialised), elsewhere (and for the ablations, and return_weights) this module's einsums.
     """
 
     def __init__(self, dim: int, num_experts: int, slots_per_expert: int = 1, hidden_dim: int | None = None,
@@ -67,9 +68,10 @@ class SoftMoE(nn.Module):
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
         """x: (B, m, d) -> (B, m, d); with return_weights also (D, C), each (B, m, n·p)."""
-        if self.kernels != "reference" and not return_weights and self.dispatch_kind == self.combine_kind == "soft":
-            e = self.experts
-            return soft_moe(x, self.phi, self.scale, e.w1, e.b1, e.w2, e.b2, impl=self.kernels)
+        fused = not return_weights and self.dispatch_kind == self.combine_kind == "soft"
+        if fused and resolve_impl(self.kernels, x.device) == "triton":
+            e = self.experts   # D and C are never materialised (common/kernels/soft_moe)
+            return soft_moe(x, self.phi, self.scale, e.w1, e.b1, e.w2, e.b2, impl="triton")
         dispatch, combine = self.weights(x)
         slots_in = einsum(dispatch, x, "b m s, b m d -> b s d")                        # X̃ = Dᵀ X
         slots_out = self.experts(rearrange(slots_in, "b (n p) d -> b n p d", n=self.n))

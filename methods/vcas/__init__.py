@@ -18,9 +18,10 @@ from methods.vcas.sampling import (SampledBlock, SampledLinear, SamplingState, i
                                    sampled_weight_grad, water_fill)
 
 
-def build(cfg) -> Sampled:
+def build(cfg, kernels: str = "reference") -> Sampled:
     """The network inside the training mode (`method.model`), from the config alone: an image
-    model (`method.backbone`), or with `method.glue` set a text model (`method.glue.backbone`)."""
+    model (`method.backbone`), or with `method.glue` set a text model (`method.glue.backbone`);
+    `run` passes `kernels` from `hardware.kernels` (SampleW's ∇W: reference | triton | auto)."""
     m = cfg.method
     if (m.glue is None) == (m.backbone is None):
         raise UserError("set exactly one of method.backbone (images) and method.glue (text)", exit_code=2)
@@ -29,7 +30,7 @@ def build(cfg) -> Sampled:
         net = instantiate(m.backbone, img_size=ds.img_size, in_chans=ds.in_chans, num_classes=ds.num_classes)
     else:
         net = instantiate(m.glue.backbone)
-    return instantiate(m.model, net=net, blocks=net.blocks)
+    return instantiate(m.model, net=net, blocks=net.blocks, kernels=kernels)
 
 
 class StepTimer(Callback):
@@ -61,7 +62,7 @@ def run(cfg, ctx) -> dict[str, float]:
     """Train with `method.model.mode` (exact | vcas | ub | sb) for the same steps; report test
     accuracy, the final training loss on a fixed training subset, the FLOPs saved (everything
     counted) and, with `method.report_timing`, the time per step."""
-    model = build(cfg)
+    model = build(cfg, kernels=ctx.hw.kernels)
     if cfg.method.glue is None:
         splits = data.image_splits(cfg.dataset)
         train, test = splits["train"], splits["test"]

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.kernels import IMPLS
 from methods.vcas.controller import VarianceController
 from methods.vcas.flops import forward_backward_flops, official_flops_ratio
 from methods.vcas.sampling import SampledLinear, install
@@ -28,11 +29,14 @@ def take(inputs, idx):
 class Sampled(nn.Module):
     """mode: exact (plain autograd) | vcas | ub (upper-bound importance sampling of samples) | sb
     (selective backprop: the samples with the largest loss). UB and SB train on as many samples
-    as spend `budget` × exact training's FLOPs, their selection forward included."""
+    as spend `budget` × exact training's FLOPs, their selection forward included.
+    kernels (hardware.kernels): "reference" | "triton" | "auto"; VCAS mode computes SampleW's
+    ∇W on common/kernels/sampled_linear where it resolves to Triton."""
 
     def __init__(self, net: nn.Module, blocks: nn.Module, mode: str = "vcas", every: int = 100, m: int = 2,
                  act_var_tau: float = 0.025, w_var_tau: float = 0.025, s_step: float = 0.01,
-                 w_ratio_mul: float = 0.95, nu_min: float = 0.05, sched_decay: float = 0.6, budget: float = 0.6):
+                 w_ratio_mul: float = 0.95, nu_min: float = 0.05, sched_decay: float = 0.6, budget: float = 0.6,
+                 kernels: str = "reference"):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got '{mode}'")
@@ -40,11 +44,13 @@ class Sampled(nn.Module):
             raise ValueError(f"budget must be in (0, 1], got {budget}")
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
+        if kernels not in IMPLS:
+            raise ValueError(f"kernels must be one of {IMPLS}, got '{kernels}'")
         self.net, self.mode, self.every, self.m, self.budget = net, mode, every, m, budget
         self.num_blocks = len(blocks)
         self.state, self.controller = None, None
         if mode == "vcas":
-            self.state = install(blocks)
+            self.state = install(blocks, kernels=kernels)
             self.controller = VarianceController(self.state, act_var_tau, w_var_tau, s_step, w_ratio_mul, m,
                                                  nu_min, sched_decay)
         self.linears = [mod for mod in blocks.modules() if isinstance(mod, SampledLinear)]

@@ -13,7 +13,9 @@ exact one, so at ρ = ν = 1 a step costs what exact training costs.
 
 SampleW (in the same linear backward): ∇X stays exact on the kept rows; ∇W sums a
 leverage-sampled subset of those rows, q_r ∝ ‖∇Z_r‖·‖X_r‖ with Σ q_r = ν_j·rows, each
-scaled by 1/q_r (`sampled_weight_grad`, the function a fused kernel replaces).
+scaled by 1/q_r (`sampled_weight_grad`). Where `SamplingState.kernels` (hardware.kernels)
+resolves to Triton, common/kernels/sampled_linear computes the same sum in one GEMM that
+gathers the kept rows and applies 1/q_r while loading its tiles (no gathered copies).
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from common.kernels import IMPLS, resolve_impl
+from common.kernels.sampled_linear import sampled_weight_grad as gathered_weight_grad
 
 
 def water_fill(weights: torch.Tensor, budget: float) -> torch.Tensor:
@@ -81,12 +86,15 @@ class SamplingState:
     record: bool = False       # controller's exact passes: keep each block's output-gradient norms
     measure_w: bool = False    # controller's SampleA passes: add SampleW's analytic variance to w_var
     generator: torch.Generator | None = None
+    kernels: str = "reference"  # hardware.kernels: SampleW's ∇W on the Triton kernel where it resolves to Triton
     kept: torch.Tensor | None = None   # samples whose gradient survives below the last SampleA (None: all)
     norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)   # per block, one per recorded pass
     w_var: list[float] = field(default_factory=list)     # per linear: Σ_r (1/q_r − 1)‖∇Z_r‖²‖X_r‖²
     skipped_flops: float = 0.0  # matmul FLOPs the linear backwards did not run, against exact
 
     def __post_init__(self):
+        if self.kernels not in IMPLS:
+            raise ValueError(f"kernels must be one of {IMPLS}, got '{self.kernels}'")
         self.rho = list(self.rho) or [1.0] * self.num_blocks
         self.nu = list(self.nu) or [1.0] * self.num_linears
         self.reset_stats()
@@ -162,7 +170,10 @@ class _SampledLinearFn(torch.autograd.Function):
             if st.sample_w and nu < 1 and rows:
                 r = st.bernoulli(q).nonzero().squeeze(1)
                 w_rows = len(r)
-                gw = sampled_weight_grad(gz2.index_select(0, r), x2.index_select(0, r), 1 / q[r])
+                if resolve_impl(st.kernels, gz2.device) == "triton":   # gathers and rescales inside the GEMM
+                    gw = gathered_weight_grad(gz2, x2, r, q, impl="triton")
+                else:
+                    gw = sampled_weight_grad(gz2.index_select(0, r), x2.index_select(0, r), 1 / q[r])
             else:
                 gw = gz2.t() @ x2
         gb = gz2.sum(0) if ctx.has_bias else None   # dropped rows are zero: the kept rows give the sum
@@ -202,11 +213,13 @@ class SampledBlock(nn.Module):
         return _SampleA.apply(out, self.state, self.index)
 
 
-def install(blocks: nn.ModuleList | nn.Sequential, generator: torch.Generator | None = None) -> SamplingState:
+def install(blocks: nn.ModuleList | nn.Sequential, generator: torch.Generator | None = None,
+            kernels: str = "reference") -> SamplingState:
     """Wrap every block in place, turn the nn.Linear layers inside into SampledLinear (one ν
-    each, numbered in block order), and return the state they share."""
+    each, numbered in block order), and return the state they share. kernels: SampleW's ∇W
+    implementation ("reference" | "triton" | "auto", common.kernels.resolve_impl)."""
     linears = [[m for m in block.modules() if type(m) is nn.Linear] for block in blocks]
-    state = SamplingState(len(blocks), sum(map(len, linears)), generator=generator)
+    state = SamplingState(len(blocks), sum(map(len, linears)), generator=generator, kernels=kernels)
     j = 0
     for l, block in enumerate(list(blocks)):
         for mod in linears[l]:

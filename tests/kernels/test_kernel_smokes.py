@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-# Crystalformer: periodic attention; LightHGNN: segment sum. Smaller than the smokes, because the
-# interpreter runs each Triton program in numpy (the full smokes take minutes under it).
+# Crystalformer: periodic attention; LightHGNN: segment sum; Soft MoE: the fused layer; VCAS:
+# SampleW's ∇W (4 steps: the controller lowers ν at step 2, so steps 3-4 sample). Smaller than the
+# smokes, because the interpreter runs each Triton program in numpy (the full smokes take minutes under it).
 WIRED = {"crystalformer_smoke": ["dataset.size=12", "dataset.val=2", "dataset.test=2", "trainer.max_steps=2",
                                  "trainer.batch_size=4", "trainer.eval_every=1"],
-         "lighthgnn_smoke": ["dataset.num_vertices=120", "trainer.max_steps=2"]}
+         "lighthgnn_smoke": ["dataset.num_vertices=120", "trainer.max_steps=2"],
+         "soft_moe_smoke": ["dataset.train_size=64", "dataset.test_size=32", "trainer.max_steps=2",
+                            "trainer.batch_size=16", "method.stats_images=8"],
+         "vcas_smoke": ["dataset.train_size=96", "dataset.eval_train_size=16", "dataset.test_size=32",
+                        "trainer.batch_size=16"]}
 
 
 @pytest.mark.parametrize("experiment", sorted(WIRED))
