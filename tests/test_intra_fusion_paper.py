@@ -98,7 +98,8 @@ def test_dense_checkpoint_in_the_official_format_loads(tmp_path):
     path = tmp_path / "vgg.checkpoint"
     state = {"module." + k: v for k, v in model.state_dict().items()}
     torch.save({"model_state_dict": state, "test_accuracy": 0.9, "epoch": 300}, path)
-    fresh = load_dense(VGG((8, "M", 8, "M", 16, "M", 16, "M", 16, "M")), dense_checkpoint(str(path), None, None, tmp_path))
+    file = dense_checkpoint(str(path), None, None, tmp_path)
+    fresh = load_dense(VGG((8, "M", 8, "M", 16, "M", 16, "M", 16, "M")), file)
     x = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(fresh.eval()(x), model(x))
     with pytest.raises(ValueError, match="missing"):

@@ -86,7 +86,8 @@ def run(cfg, ctx) -> dict[str, float]:
     return out
 
 
-__all__ = ["CNN", "ResNet18", "VGG", "VGG11", "crop_flip", "dense_checkpoint", "load_dense", "standardise",
-           "use_step_decay", "IMPORTANCES", "MASSES", "MLP", "NETWORKS", "NORMALIZATIONS", "build", "build_network", "run", "fold_batchnorm", "fuse_group", "fuse_layer",
-           "group_importance", "keep_indices", "kept_count", "masses", "merge", "merge_incoming", "merge_outgoing",
-           "neuron_cost", "ordered_groups", "output_layer", "prune", "transport_plan"]
+__all__ = ["CNN", "IMPORTANCES", "MASSES", "MLP", "NETWORKS", "NORMALIZATIONS", "ResNet18", "VGG", "VGG11", "build",
+           "build_network", "crop_flip", "dense_checkpoint", "fold_batchnorm", "fuse_group", "fuse_layer",
+           "group_importance", "keep_indices", "kept_count", "load_dense", "masses", "merge", "merge_incoming",
+           "merge_outgoing", "neuron_cost", "ordered_groups", "output_layer", "prune", "run", "standardise",
+           "transport_plan", "use_step_decay"]
