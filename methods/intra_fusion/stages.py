@@ -65,31 +65,38 @@ def pruned_copy(model: nn.Module, example_inputs: torch.Tensor, group: int, spar
 
 
 def sweep(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, example_inputs: torch.Tensor,
-          groups, cells, calibration=None, seed: int = 0, batch_size: int = 1000) -> dict[str, list[float]]:
+          groups, cells, calibration=None, seed: int = 0, batch_size: int = 1000,
+          device: torch.device | str | None = None) -> dict[str, list[float]]:
     """Test accuracy of each pruned variant, per group.
 
     cells: {name: dict(sparsity=…, importance=…, fuse=…, [normalization=…, source_mass=…, …])}.
     Returns {name: [accuracy of group g for g in groups]}; 'random' importance is reseeded per
-    cell and group so plain and fused runs see the same scores.
+    cell and group so plain and fused runs see the same scores. Pruning runs on the CPU (where
+    `model` is); `device` (default: there too) is where each pruned copy is evaluated.
     """
     out: dict[str, list[float]] = {name: [] for name in cells}
     for g in groups:
         for name, cell in cells.items():
             torch.manual_seed(seed * 1000 + g)
             net = pruned_copy(model, example_inputs, g, calibration=calibration, **cell)
+            if device is not None:
+                net = net.to(device)
             out[name].append(accuracy(net, x_test, y_test, batch_size))
     return out
 
 
-def mini_cells(sparsities=(30, 50, 70), taylor_sparsity: int = 70, official_sparsity: int = 70) -> dict[str, dict]:
-    """The issue's mini-tier columns: prune_/fuse_l1_{s}, prune_/fuse_taylor_{s}, fuse_l1_{s}_official."""
+def mini_cells(sparsities=(30, 50, 70), taylor_sparsities=(70,), official_sparsity: int | None = 70) -> dict[str, dict]:
+    """The table's columns (sparsities in percent): prune_/fuse_l1_{s} for each of `sparsities`,
+    prune_/fuse_taylor_{s} for each of `taylor_sparsities`, and fuse_l1_{s}_official (the official
+    merge normalisation) at `official_sparsity` (None: no such column)."""
     cells = {}
     for s in sparsities:
         cells[f"prune_l1_{s}"] = dict(sparsity=s / 100, importance="l1", fuse=False)
         cells[f"fuse_l1_{s}"] = dict(sparsity=s / 100, importance="l1", fuse=True)
-    s = taylor_sparsity
-    cells[f"prune_taylor_{s}"] = dict(sparsity=s / 100, importance="taylor", fuse=False)
-    cells[f"fuse_taylor_{s}"] = dict(sparsity=s / 100, importance="taylor", fuse=True)
-    cells[f"fuse_l1_{official_sparsity}_official"] = dict(sparsity=official_sparsity / 100, importance="l1",
-                                                          fuse=True, normalization="official")
+    for s in taylor_sparsities:
+        cells[f"prune_taylor_{s}"] = dict(sparsity=s / 100, importance="taylor", fuse=False)
+        cells[f"fuse_taylor_{s}"] = dict(sparsity=s / 100, importance="taylor", fuse=True)
+    if official_sparsity is not None:
+        cells[f"fuse_l1_{official_sparsity}_official"] = dict(sparsity=official_sparsity / 100, importance="l1",
+                                                              fuse=True, normalization="official")
     return cells
