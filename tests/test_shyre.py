@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from methods.shyre import (CFinder, SHyRe, candidate_features, clique_cover, clique_statistics, jaccard,
-                           maximal_cliques, optimize_sampler, project, sample_candidates, scores, split_hyperedges)
+                           maximal_cliques, optimize_sampler, own_edge_cliques, project, sample_candidates, scores,
+                           split_hyperedges)
 
 F = frozenset
 
@@ -188,6 +189,26 @@ def test_clique_cover_by_hand_and_covers_every_edge_with_cliques():
         cover = clique_cover(g)
         assert all(g.has_edge(u, v) for c in cover for u, v in combinations(c, 2))
         assert {F(e) for e in g.edges} <= {F(p) for c in cover for p in combinations(c, 2)}
+
+
+def test_own_edge_rule_against_a_brute_force_over_edges_and_cliques():
+    for seed in range(4):
+        g = project(random_hypergraph(num_vertices=16, num_edges=14, max_size=4, seed=seed))
+        cliques = [F(c) for c in nx.find_cliques(g) if len(c) >= 2]
+        keep = {c for c in cliques
+                if any(sum(set(e) <= d for d in cliques) == 1 for e in combinations(sorted(c), 2))}
+        assert own_edge_cliques(g) == keep
+    # three triangles pairwise sharing an edge around a centre triangle: the centre has no edge of its own
+    g = nx.Graph([(1, 2), (2, 3), (3, 1), (1, 4), (2, 4), (2, 5), (3, 5), (3, 6), (1, 6)])
+    assert own_edge_cliques(g) == {F((1, 2, 4)), F((2, 3, 5)), F((1, 3, 6))}
+
+
+def test_fit_accepts_a_generator_as_it_accepts_a_list():
+    edges = random_hypergraph(num_vertices=30, num_edges=25, max_size=4, seed=3)
+    graph = project(edges)
+    assert (SHyRe(budget=200, seed=0).fit(e for e in edges).reconstruct(graph)
+            == SHyRe(budget=200, seed=0).fit(list(edges)).reconstruct(graph))
+    assert CFinder().fit(e for e in edges).k_ == CFinder().fit(list(edges)).k_
 
 
 def test_cfinder_picks_the_best_training_k_and_percolates_with_networkx():

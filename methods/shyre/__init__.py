@@ -5,14 +5,14 @@ from hydra.utils import instantiate
 
 from common.config import UserError
 from common.eval import jaccard, set_scores
-from methods.shyre.baselines import CFinder, clique_cover
+from methods.shyre.baselines import CFinder, clique_cover, own_edge_cliques
 from methods.shyre.classifier import SHyRe
 from methods.shyre.data import hypergraph_pair, official_pair, read_hyperedges
 from methods.shyre.features import FEATURES, candidate_features
 from methods.shyre.hypergraph import as_hyperedges, maximal_cliques, project, split_hyperedges
 from methods.shyre.sampler import clique_statistics, optimize_sampler, sample_candidates
 
-BASELINES = ("max_clique", "clique_cover", "cfinder", "shyre_max_only")
+BASELINES = ("max_clique", "clique_cover", "cfinder", "shyre_max_only", "own_edge")
 
 
 def scores(reconstructed, truth) -> dict[str, float]:
@@ -40,6 +40,8 @@ def run(cfg, ctx) -> dict[str, float]:
             found[name] = maximal_cliques(graph)
         elif name == "clique_cover":
             found[name] = clique_cover(graph)
+        elif name == "own_edge":
+            found[name] = own_edge_cliques(graph)
         elif name == "cfinder":
             cfinder = CFinder().fit(train)
             found[name] = cfinder.reconstruct(graph)
@@ -53,5 +55,5 @@ def run(cfg, ctx) -> dict[str, float]:
 
 __all__ = ["BASELINES", "CFinder", "FEATURES", "SHyRe", "as_hyperedges", "candidate_features", "clique_cover",
            "clique_statistics", "hypergraph_pair", "jaccard", "maximal_cliques", "official_pair",
-           "optimize_sampler", "project", "read_hyperedges", "run", "sample_candidates", "scores",
+           "optimize_sampler", "own_edge_cliques", "project", "read_hyperedges", "run", "sample_candidates", "scores",
            "split_hyperedges"]

@@ -39,6 +39,7 @@ class SHyRe:
         return list(candidates), x, nested
 
     def fit(self, hyperedges) -> SHyRe:
+        hyperedges = list(hyperedges)     # read twice below: a generator would leave the graph empty
         truth = as_hyperedges(hyperedges)
         if not truth:
             raise ValueError("SHyRe.fit needs a training hypergraph with at least one hyperedge of size >= 2")
