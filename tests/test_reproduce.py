@@ -172,6 +172,12 @@ def test_publishing_some_tables_keeps_the_records_other_tables(tmp_path, monkeyp
     assert [(t["experiment"], t["runs"]["r"][0]["acc"]) for t in record["tables"]] == [("m_mini", 3.0), ("m_mini_extra", 2.0)]
     pub.publish("m", "mini", [table("m_mini", 4.0)], "cmd", {})
     assert [t["experiment"] for t in json.loads((tmp_path / "m_mini.json").read_text())["tables"]] == ["m_mini"]
+    # a pre-framework table (no seeds, claims with 'holds') beside it is dropped, not a crash
+    legacy = {"experiment": "m_mini_old", "summary": {}, "runs": {}, "claims": [{"claim": "a > b", "holds": True}]}
+    path = tmp_path / "m_mini.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "tables": [legacy]}))
+    pub.publish("m", "mini", [table("m_mini", 5.0)], "cmd", {}, keep_others=True)
+    assert [t["experiment"] for t in json.loads(path.read_text())["tables"]] == ["m_mini"]
 
 
 def test_a_changed_seed_list_makes_a_table_stale():

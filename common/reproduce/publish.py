@@ -29,7 +29,12 @@ def publish(method: str, tier: str, tables: list[TableResult], command: str, fin
     old_path = RESULTS_DIR / f"{stem(method, tier, held_out)}.json"
     if keep_others and old_path.exists():
         ran = {t.experiment for t in tables}
-        kept = [TableResult.from_dict(d) for d in json.loads(old_path.read_text())["tables"] if d["experiment"] not in ran]
+        others = [d for d in json.loads(old_path.read_text())["tables"] if d["experiment"] not in ran]
+        for d in others:
+            if "seeds" not in d:      # a record from before the claims had statuses: nothing to carry over
+                print(f"note: the pre-framework record of {d['experiment']} is dropped; re-run it "
+                      f"(python scripts/reproduce.py {method} --tier {tier} --only {d['experiment']})")
+        kept = [TableResult.from_dict(d) for d in others if "seeds" in d]
         tables = sorted(tables + kept, key=lambda t: (t.experiment != f"{method}_{tier}", t.experiment))
     for t in fresh:
         name = t.experiment + ("_heldout" if held_out else "")
