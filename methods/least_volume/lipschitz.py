@@ -92,8 +92,13 @@ class SpectralNormConv(nn.Module):
             self._v.copy_(self._normalize(self.adjoint_map(self._u, kernel)))
 
     def sigma(self, kernel: torch.Tensor) -> torch.Tensor:
-        """⟨u, A v⟩: the current estimate of ‖A‖₂, differentiable in the kernel."""
-        return torch.sum(self._u * self.linear_map(self._v, kernel))
+        """⟨u, A v⟩: the current estimate of ‖A‖₂, differentiable in the kernel. u and v are
+        cloned (as torch's spectral_norm does): autograd saves them for the backward pass, and
+        the next training forward updates the buffers in place, which would otherwise fail a
+        backward through two forwards (e.g. two decoder calls before one loss)."""
+        u = self._u.clone(memory_format=torch.contiguous_format)
+        v = self._v.clone(memory_format=torch.contiguous_format)
+        return torch.sum(u * self.linear_map(v, kernel))
 
     def forward(self, kernel: torch.Tensor) -> torch.Tensor:
         if self.training:

@@ -47,8 +47,11 @@ def student_t_penalty(z: torch.Tensor) -> torch.Tensor:
 
 def bce_reconstruction(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """J = mean over all entries of BCE(x̂, x), x̂ a sigmoid output in (0, 1) (the paper's image
-    loss; official `BCEAutoencoder.loss_rec`)."""
-    return F.binary_cross_entropy(x_hat, x)
+    loss; official `BCEAutoencoder.loss_rec`). Computed in float32 with autocast off: CUDA
+    autocast refuses F.binary_cross_entropy on probabilities (bf16 cannot hold log(1 − x̂) near
+    x̂ = 1), so under hardware=cuda (bf16) the inputs are upcast here; the result has x̂'s dtype."""
+    with torch.autocast(x_hat.device.type, enabled=False):
+        return F.binary_cross_entropy(x_hat.float(), x.float()).to(x_hat.dtype)
 
 
 def mse_reconstruction(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

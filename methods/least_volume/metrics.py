@@ -20,17 +20,21 @@ def l2_loss(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (x_hat - x).flatten(1).norm(dim=1).mean()
 
 
-def _decode_copies(decode, x: torch.Tensor, copies: torch.Tensor, loss_fn: Loss, chunk: int | None) -> torch.Tensor:
-    """loss_fn(decode(copies[c]), x) for every c; copies: (C, n, m), decoded `chunk` copies per
-    call (None: all C in one batch of C·n rows). Returns (C,)."""
-    c, n, m = copies.shape
-    step = c if chunk is None else chunk
+def _decode_copies(decode, x: torch.Tensor, count: int, block: Callable[[int, int], torch.Tensor], loss_fn: Loss,
+                   chunk: int | None) -> torch.Tensor:
+    """loss_fn(decode(copy_c), x) for c = 0..count-1, the copies built `chunk` at a time by
+    block(start, stop) -> (b, n, m) and decoded as one batch of b·n rows (None: all `count` at
+    once; the paper tier's 2048 dims need chunks, the copies alone would be (m, n, m)). Returns (count,)."""
+    step = count if chunk is None else chunk
+    if step < 1:
+        raise ValueError(f"chunk must be a positive number of copies, got {chunk}.")
     losses = []
-    for start in range(0, c, step):
-        block = copies[start:start + step]                       # (b, n, m)
-        x_hat = decode(block.reshape(-1, m))                     # (b·n, ...)
-        x_hat = x_hat.reshape(len(block), n, *x_hat.shape[1:])   # (b, n, ...)
-        losses += [loss_fn(x_hat[j], x) for j in range(len(block))]
+    for start in range(0, count, step):
+        copies = block(start, min(start + step, count))          # (b, n, m)
+        b, n, m = copies.shape
+        x_hat = decode(copies.reshape(-1, m))                    # (b·n, ...)
+        x_hat = x_hat.reshape(b, n, *x_hat.shape[1:])            # (b, n, ...)
+        losses += [loss_fn(x_hat[j], x) for j in range(b)]
     return torch.stack(losses)
 
 
@@ -60,15 +64,19 @@ def pruned_loss(encode, decode, x: torch.Tensor, keep: int, loss_fn: Loss = l2_l
 
 @torch.no_grad()
 def pruning_curve(encode, decode, x: torch.Tensor, loss_fn: Loss = l2_loss, chunk: int | None = None) -> torch.Tensor:
-    """L(top-k) for k = 0..m (m + 1,): k = 0 is L_all (all of z at its mean), k = m is L_0."""
+    """L(top-k) for k = 0..m (m + 1,): k = 0 is L_all (all of z at its mean), k = m is L_0; the
+    m + 1 pruned copies decoded `chunk` at a time (None: in one batch)."""
     z = encode(x)
     n, m = z.shape
     _, order, mean = _prune_orders(z)
-    copies = z.expand(m + 1, n, m).clone()                       # (m + 1, n, m), copy k keeps top-k
-    for k in range(m):
-        drop = order[k:]
-        copies[k][:, drop] = mean[drop]
-    return _decode_copies(decode, x, copies, loss_fn, chunk)
+
+    def block(start: int, stop: int) -> torch.Tensor:
+        copies = z.expand(stop - start, n, m).clone()            # (b, n, m), copy k keeps the top k
+        for j, k in enumerate(range(start, min(stop, m))):
+            drop = order[k:]
+            copies[j][:, drop] = mean[drop]
+        return copies
+    return _decode_copies(decode, x, m + 1, block, loss_fn, chunk)
 
 
 @torch.no_grad()
@@ -82,10 +90,13 @@ def explained_reconstruction(encode, decode, x: torch.Tensor, loss_fn: Loss = l2
     mean = z.mean(0)
     base = loss_fn(decode(z), x)
     total = loss_fn(decode(mean.expand(n, m)), x)
-    copies = z.expand(m, n, m).clone()                           # (m, n, m), copy i drops dim i
-    idx = torch.arange(m)
-    copies[idx, :, idx] = mean.unsqueeze(1).expand(m, n)
-    losses = _decode_copies(decode, x, copies, loss_fn, chunk)
+
+    def block(start: int, stop: int) -> torch.Tensor:
+        copies = z.expand(stop - start, n, m).clone()            # (b, n, m), copy i drops dim start + i
+        idx = torch.arange(stop - start, device=z.device)
+        copies[idx, :, idx + start] = mean[start:stop].unsqueeze(1).expand(stop - start, n)
+        return copies
+    losses = _decode_copies(decode, x, m, block, loss_fn, chunk)
     return (losses - base).clamp_min(0) / (total - base)
 
 

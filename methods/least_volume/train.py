@@ -71,14 +71,14 @@ def pca_autoencoder(x_train: torch.Tensor, latent_dim: int):
 @torch.no_grad()
 def evaluate(encode, decode, x: torch.Tensor, keep=(8,), rel_tol: float = 0.05, loss_fn=l2_loss,
              knn_train: tuple[torch.Tensor, torch.Tensor] | None = None, y: torch.Tensor | None = None,
-             neighbours: int = 5) -> dict[str, float]:
+             neighbours: int = 5, chunk: int | None = None) -> dict[str, float]:
     """rec (L_0), rec_at_<k> for k in keep, latent_dim (@rel_tol), importance_corr, std_<i> of
     the sorted latent stds, and knn_acc when `knn_train` = (x_train, y_train) and labels y of x
-    are given. All on x (the test split)."""
+    are given. All on x (the test split); the pruned copies decoded `chunk` at a time."""
     z = encode(x)
-    curve = pruning_curve(encode, decode, x, loss_fn)
+    curve = pruning_curve(encode, decode, x, loss_fn, chunk)
     std = z.std(0)
-    rho = explained_reconstruction(encode, decode, x, loss_fn)
+    rho = explained_reconstruction(encode, decode, x, loss_fn, chunk)
     out = {"rec": float(curve[-1]), "rec_all_pruned": float(curve[0]),
            "latent_dim": latent_dim_from_curve(curve, rel_tol),
            "importance_corr": pearson(std, rho)}
