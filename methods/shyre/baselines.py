@@ -8,7 +8,7 @@ import numpy as np
 from networkx.algorithms.community import k_clique_communities
 
 from common.eval import jaccard
-from methods.shyre.hypergraph import as_hyperedges, maximal_cliques, project
+from methods.shyre.hypergraph import maximal_cliques, training_pair
 
 
 def own_edge_cliques(graph: nx.Graph) -> set[frozenset]:
@@ -65,11 +65,7 @@ class CFinder:
         self.k_ = None
 
     def fit(self, hyperedges) -> CFinder:
-        hyperedges = list(hyperedges)     # read twice below: a generator would leave the graph empty
-        truth = as_hyperedges(hyperedges)
-        if not truth:
-            raise ValueError("CFinder.fit needs a training hypergraph with at least one hyperedge of size >= 2")
-        graph = project(hyperedges)
+        truth, graph = training_pair(hyperedges, "CFinder.fit")
         sizes = [len(e) for e in truth]
         ks = sorted({max(2, int(np.quantile(sizes, q)) + 1) for q in self.quantiles})
         self.k_ = max(ks, key=lambda k: (jaccard(self._communities(graph, k), truth), k))

@@ -10,7 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
 
 from methods.shyre.features import candidate_features
-from methods.shyre.hypergraph import as_hyperedges, maximal_cliques, project
+from methods.shyre.hypergraph import maximal_cliques, training_pair
 from methods.shyre.sampler import clique_statistics, optimize_sampler, sample_candidates
 
 PARTS = ("maximal", "nested")
@@ -39,11 +39,7 @@ class SHyRe:
         return list(candidates), x, nested
 
     def fit(self, hyperedges) -> SHyRe:
-        hyperedges = list(hyperedges)     # read twice below: a generator would leave the graph empty
-        truth = as_hyperedges(hyperedges)
-        if not truth:
-            raise ValueError("SHyRe.fit needs a training hypergraph with at least one hyperedge of size >= 2")
-        graph = project(hyperedges)
+        truth, graph = training_pair(hyperedges, "SHyRe.fit")
         self.stats_ = clique_statistics(maximal_cliques(graph), truth)
         self.plan_ = optimize_sampler(self.stats_, self.budget, self.seed)
         cands, x, nested = self._candidates(graph)

@@ -31,6 +31,16 @@ def project(hyperedges) -> nx.Graph:
     return graph
 
 
+def training_pair(hyperedges, fitter: str) -> tuple[set[frozenset], nx.Graph]:
+    """(targets, projection) of a training hypergraph, read once (a generator is welcome); a
+    ValueError naming `fitter` when no hyperedge has size >= 2."""
+    hyperedges = list(hyperedges)
+    truth = as_hyperedges(hyperedges)
+    if not truth:
+        raise ValueError(f"{fitter} needs a training hypergraph with at least one hyperedge of size >= 2")
+    return truth, project(hyperedges)
+
+
 def maximal_cliques(graph: nx.Graph) -> set[frozenset]:
     """Maximal cliques with at least 2 vertices (isolated vertices are no candidates)."""
     return {frozenset(c) for c in nx.find_cliques(graph) if len(c) >= 2}
