@@ -81,7 +81,7 @@ def plan(budget_min: float, tier: str = "mini", unknown_min: float = 8.0) -> lis
             recorded, minutes, verified = _recorded(method, tier)
             why = staleness(recorded, table_fingerprint(method, experiment))
             entries.append(PlanEntry(method, experiment, why or "rotation", minutes or unknown_min, verified,
-                                     required=why in ("code changed", "settings changed"),
+                                     required=why in ("code changed", "settings changed", "seeds changed"),
                                      deferred=why == "no record"))
     unrecorded = [e for e in entries if e.reason == "no record"]
     entries = [e for e in entries if e.reason != "no record"]

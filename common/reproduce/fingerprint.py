@@ -93,17 +93,17 @@ def table_fingerprint(method: str, experiment: str, extra: list[str] = ()) -> di
             "seeds": list(base.table.seeds)}
 
 
-def staleness(recorded: dict | None, current: dict, recorded_seeds: list | None = None) -> str | None:
+def staleness(recorded: dict | None, current: dict) -> str | None:
     """Why a recorded table no longer matches: 'no record', 'code changed', 'settings changed',
-    'seeds changed', 'packages changed', or None when it is current. A record made before seeds were
-    fingerprinted carries them beside the fingerprint (`recorded_seeds`)."""
+    'seeds changed', 'packages changed', or None when it is current (a record without seeds in its
+    fingerprint is not judged on them; ci._recorded adds the table's own seed list)."""
     if not recorded:
         return "no record"
     if recorded.get("code") != current["code"]:
         return "code changed"
     if recorded.get("settings") != current["settings"]:
         return "settings changed"
-    seeds = recorded.get("seeds", recorded_seeds)
+    seeds = recorded.get("seeds")
     if seeds is not None and "seeds" in current and list(seeds) != list(current["seeds"]):
         return "seeds changed"
     if recorded.get("env") != current["env"]:
