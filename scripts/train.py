@@ -1,11 +1,12 @@
 """Train one method: python scripts/train.py method=<name> [dataset=..] [hardware=..] [experiment=..] [seed=..] [resume=true]
 
-Prints the final metrics as one JSON line on stdout and writes metrics.json, config.yaml and
+Prints the final metrics as one JSON line on stdout (rank 0 only under torchrun) and writes metrics.json, config.yaml and
 results.json (with provenance) into the run dir (runs/<run_name>/seed<seed> by default).
 Bad input (an unknown choice or key, a value of the wrong type or range) is one paragraph on
 stderr and exit 2, before anything is built.
 """
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -43,7 +44,8 @@ def main(cfg: DictConfig) -> None:
     from common.runner import guarded, run_method  # torch is imported only once the config is good
 
     metrics = guarded(lambda: run_method(cfg), bool(cfg.debug))
-    print(json.dumps(metrics))
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every rank holds the same metrics:
+        print(json.dumps(metrics), flush=True)  # one line, or two ranks' writes interleave on stdout
 
 
 if __name__ == "__main__":

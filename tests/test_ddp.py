@@ -51,5 +51,7 @@ def test_crystalformer_smoke_under_torchrun_trains_on_disjoint_shards(tmp_path):
     pytest.importorskip("pymatgen")
     proc = torchrun(2, "scripts/train.py", "hardware=ddp", "experiment=crystalformer_smoke", f"run_dir={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    assert len(lines) == 1, lines  # rank 0 alone prints the metrics; two ranks' prints would interleave
+    metrics = json.loads(lines[0])
     assert {"val_mae", "test_mae"} <= set(metrics)
