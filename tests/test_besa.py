@@ -204,3 +204,26 @@ def test_besa_block_error_after_training_is_below_wandas(tiny_llama):
             return sum(float(output_error(_run(block, h, kwargs), r)) for h, r in zip(inps, refs))
         besa_err, wanda_err = error(besa_block), error(wanda_block)
     assert besa_err < 0.9 * wanda_err, (besa_err, wanda_err)
+
+
+class _CountingTokenizer:
+    """Token i of the text is i: what `eval_tokens` slices is read off the ids directly."""
+    def __call__(self, text, return_tensors="pt"):
+        return type("Enc", (), {"input_ids": torch.arange(len(text))[None]})()
+
+
+def test_validation_span_follows_the_test_span_and_is_disjoint():
+    """eval.split=val scores the max_tokens after the test span (tuning never reads the test text)."""
+    from omegaconf import OmegaConf
+
+    from common.config import UserError
+    from methods.besa import eval_tokens
+    tok = _CountingTokenizer()
+    ev = OmegaConf.create({"source": "pydoc", "max_tokens": 1000, "split": "test"})
+    test = eval_tokens(tok, ev)[:1000]            # consecutive_windows keeps the first max_tokens
+    val = eval_tokens(tok, OmegaConf.merge(ev, {"split": "val"}))
+    assert torch.equal(test, torch.arange(1000)) and torch.equal(val, torch.arange(1000, 2000))
+    with pytest.raises(UserError, match="eval.split must be test or val"):
+        eval_tokens(tok, OmegaConf.merge(ev, {"split": "train"}))
+    with pytest.raises(UserError, match="too few for a validation span"):
+        eval_tokens(tok, OmegaConf.merge(ev, {"split": "val", "max_tokens": 10 ** 9}))

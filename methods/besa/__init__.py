@@ -18,6 +18,24 @@ def tokens(tok, source: str, split: str):
     return tok(text.load_text(source, split), return_tensors="pt").input_ids[0]
 
 
+def eval_tokens(tok, ev):
+    """The perplexity text. `eval.split: test` is the first `max_tokens` tokens of the source (the
+    pruning papers' protocol); `val` is the next `max_tokens`, disjoint from test, so that a
+    hyper-parameter can be chosen without reading the text the tables report on."""
+    ids = tokens(tok, ev.source, "test")
+    split = ev.get("split", "test")
+    if split == "test":
+        return ids
+    if split != "val" or not ev.max_tokens:
+        raise UserError(f"eval.split must be test or val (val needs eval.max_tokens), got split={split!r}, "
+                        f"max_tokens={ev.max_tokens!r}", exit_code=2)
+    val = ids[ev.max_tokens:2 * ev.max_tokens]
+    if len(val) < ev.max_tokens:
+        raise UserError(f"eval.source {ev.source!r} has {len(ids)} tokens: too few for a validation span "
+                        f"of {ev.max_tokens} after the test span", exit_code=2)
+    return val
+
+
 def build_pruner(cfg):
     """`prune` with the method's settings (`method.pruner`) and its own loop's recipe (`trainer`:
     the optimizer of the logits θ, epochs, sequences per step, progress bar) bound."""
@@ -53,10 +71,10 @@ def run(cfg, ctx) -> dict[str, float]:
         values = list(per_layer.values())
         metrics["layer_sparsity_min"], metrics["layer_sparsity_max"] = min(values), max(values)
     metrics["sparsity"] = overall_sparsity(model)
-    windows = text.consecutive_windows(tokens(tok, ev.source, "test"), ev.seq_len, ev.max_tokens)
+    windows = text.consecutive_windows(eval_tokens(tok, ev), ev.seq_len, ev.max_tokens)
     metrics["ppl"] = evaluation.perplexity(model, windows.to(ctx.device), batch_size=ev.batch_size)
     return metrics
 
 
-__all__ = ["BesaLinear", "METHODS", "besa_loss", "block_sparsity", "build_pruner", "decoder_layers", "magnitude",
-           "output_error", "overall_sparsity", "prune", "run", "sparsegpt", "train_block", "wanda"]
+__all__ = ["BesaLinear", "METHODS", "besa_loss", "block_sparsity", "build_pruner", "decoder_layers", "eval_tokens",
+           "magnitude", "output_error", "overall_sparsity", "prune", "run", "sparsegpt", "train_block", "wanda"]
