@@ -61,7 +61,7 @@ def test_losses_table_rows(compose_cfg):
     for kind in ("geometric", "arithmetic", "sufficient_statistics"):
         assert rows[f"{kind}_m8"][:3] == (images_per_step(256, 8), 8, kind)
     assert [rows[f"n64_m{m}"][:3] for m in (2, 4, 8)] == [(64, m, "geometric") for m in (2, 4, 8)]
-    assert len(base.table.seeds) >= 3 and base.claims
+    assert len(base.table.seeds) >= 3 and (base.claims or base.known_failures)
 
 
 def test_imagenet_config_holds_the_papers_batch_views_and_epochs(compose_cfg):
