@@ -256,7 +256,7 @@ def test_mini_rows_encode_the_same_views_per_step(compose_cfg):
         m = cfg.method.model.views
         assert images_per_step(256, m) == cfg.trainer.batch_size, row
         budgets.add((cfg.trainer.max_steps, cfg.trainer.batch_size * m))
-    assert budgets == {(300, 256)}
+    assert budgets == {(150, 256)}
 
 
 @pytest.mark.parametrize("override, says", [("method.model.views=1", "views >= 2"),

@@ -97,8 +97,10 @@ def multi_crop(z: torch.Tensor, temperature: float) -> torch.Tensor:
     NT-Xent `common.ssl.info_nce(z[:, a], z[:, b], tau)`, written with one logit matrix.
 
     For anchor (i, a) in pair (a, b) the denominator holds the positive s(ia, ib) and the
-    2(N-1) negatives of views a and b of the other samples; the mean over unordered pairs of
-    the symmetric NT-Xent is the mean over ordered pairs (a, b), a != b, of the anchor terms."""
+    2(N-1) negatives of views a and b of the other samples (not the M(N-1) of every view that
+    the PVC losses use: the issue's spec, and the pairwise baseline `NTXent(pwe=True)` of
+    Multi-View-CL; README, Deviations); the mean over unordered pairs of the symmetric NT-Xent
+    is the mean over ordered pairs (a, b), a != b, of the anchor terms."""
     _check(z, temperature)
     m = z.shape[1]
     pos, neg = pair_scores(z, temperature)

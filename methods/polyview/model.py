@@ -12,8 +12,11 @@ from methods.polyview.loss import LOSSES, poly_view_loss
 class PolyView(ContrastiveModel):
     """Encoder + projector trained with `poly_view_loss(z, temperature, loss)` on M views per image.
 
-    Defaults: the paper's ImageNet setting (M = 8, Geometric PVC) and SimCLR's projector
-    (2048 -> 128) and τ as in `ContrastiveModel`. views = 2 with loss "geometric" is SimCLR.
+    Defaults: M = 8 and Geometric PVC, the paper's headline ImageNet run (abstract: batch 256,
+    M = 8, 128 epochs); projector 2048 -> 128 and τ = 0.5 as `ContrastiveModel`, i.e. SimCLR's
+    (Chen et al. 2020; 0.5 is their CIFAR-10 value, their ImageNet runs use 0.1). τ = 0.5 is not
+    the poly-view paper's: its τ could not be read here (no official code was released; README,
+    Deviations). views = 2 with loss "geometric" is SimCLR.
     """
 
     def __init__(self, encoder: torch.nn.Module, feat_dim: int, views: int = 8, loss: str = "geometric",
