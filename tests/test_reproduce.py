@@ -180,6 +180,37 @@ def test_publishing_some_tables_keeps_the_records_other_tables(tmp_path, monkeyp
     assert [t["experiment"] for t in json.loads(path.read_text())["tables"]] == ["m_mini"]
 
 
+def test_a_kept_table_keeps_the_commit_and_time_it_was_verified_at(tmp_path, monkeypatch):
+    """`--only` re-runs one table of a file: the others keep their own stamp (they were once restamped
+    with the file's provenance, so the status page and CI's rotation took them for verified now)."""
+    import importlib
+    import json
+
+    from common.reproduce import ci
+    from common.reproduce.record import TableResult
+
+    pub = importlib.import_module("common.reproduce.publish")
+    monkeypatch.setattr(pub, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(ci, "RESULTS_DIR", tmp_path)
+    for name in ("update_readmes",):
+        monkeypatch.setattr(pub.results, name, lambda *a: None)
+    monkeypatch.setattr(pub, "write_status_pages", lambda *a: None)
+    monkeypatch.setattr(pub, "plot_curves", lambda *a, **k: None)
+    monkeypatch.setattr(pub, "copy_figures", lambda *a, **k: [])
+    stamps = iter([{"git_sha": "aaaa", "time": "2026-01-01T00:00:00"}] * 3 + [{"git_sha": "bbbb", "time": "2026-02-02T00:00:00"}] * 3)
+    monkeypatch.setattr(pub.results, "provenance", lambda: next(stamps))
+
+    def table(name):
+        return TableResult(experiment=name, seeds=[0], metrics=["acc"], runs={"r": [{"seed": 0, "acc": 1.0}]})
+
+    pub.publish("m", "mini", [table("m_mini"), table("m_mini_extra")], "cmd", {})
+    pub.publish("m", "mini", [table("m_mini_extra")], "cmd", {}, keep_others=True)
+    record = json.loads((tmp_path / "m_mini.json").read_text())
+    got = {t["experiment"]: t["verified"]["git_sha"] for t in record["tables"]}
+    assert got == {"m_mini": "aaaa", "m_mini_extra": "bbbb"}
+    assert ci._recorded("m", "mini")[2] == "2026-01-01T00:00:00"     # the headline was not re-run
+
+
 def test_a_changed_seed_list_makes_a_table_stale():
     current = {"code": "c", "settings": "s", "env": {}, "seeds": [3, 4, 5]}
     assert fingerprint.staleness({"code": "c", "settings": "s", "env": {}, "seeds": [3, 4, 5]}, current) is None

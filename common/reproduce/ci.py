@@ -49,7 +49,8 @@ def _recorded(method: str, tier: str) -> tuple[dict | None, float, str]:
     fingerprint = table.get("fingerprint")
     if fingerprint is not None and "seeds" not in fingerprint and table.get("seeds") is not None:
         fingerprint = {**fingerprint, "seeds": table["seeds"]}
-    return fingerprint, estimated_minutes(table["runs"]), record.get("provenance", {}).get("time", "never")
+    stamp = table.get("verified") or record.get("provenance", {})   # per table; older records: per file
+    return fingerprint, estimated_minutes(table["runs"]), stamp.get("time", "never")
 
 
 # CI's machine has 2 cores; torch uses both, at about this speed-up over one (measured on the

@@ -29,7 +29,11 @@ def publish(method: str, tier: str, tables: list[TableResult], command: str, fin
     old_path = RESULTS_DIR / f"{stem(method, tier, held_out)}.json"
     if keep_others and old_path.exists():
         ran = {t.experiment for t in tables}
-        others = [d for d in json.loads(old_path.read_text())["tables"] if d["experiment"] not in ran]
+        old = json.loads(old_path.read_text())
+        others = [d for d in old["tables"] if d["experiment"] not in ran]
+        old_stamp = {k: old.get("provenance", {}).get(k) for k in ("git_sha", "time")}
+        for d in others:             # a kept table keeps the stamp of the run that made it
+            d.setdefault("verified", old_stamp)
         for d in others:
             if "seeds" not in d:      # a record from before the claims had statuses: nothing to carry over
                 print(f"note: the pre-framework record of {d['experiment']} is dropped; re-run it "
@@ -42,6 +46,10 @@ def publish(method: str, tier: str, tables: list[TableResult], command: str, fin
         t.plot = str(plot) if plot else None
         t.figures = [] if held_out else copy_figures(t.runs, t.experiment, RESULTS_DIR)
         t.fingerprint = fingerprints.get(t.experiment)
+        # per table: `--only` re-runs one table of a file, and the file's provenance would otherwise
+        # restamp the tables it kept as if they had been verified now
+        stamp = results.provenance()
+        t.verified = {"git_sha": stamp["git_sha"], "time": stamp["time"]}
     text = markdown(method, tier, tables, command)
     key = stem(method, tier, held_out)
     (RESULTS_DIR / f"{key}.md").write_text(text)
@@ -87,9 +95,10 @@ def status_matrix(tier: str = "mini") -> list[str]:
         if record.get("held_out") or not key.startswith(f"{record['method']}_{tier}"):
             continue
         held = _claims(records.get(f"{key}_heldout") or records.get(f"{record['method']}_{tier}_heldout"))
-        prov = record.get("provenance", {})
-        verified = f"{prov.get('time', '?')[:10]} `{prov.get('git_sha', '?')[:8]}`"
+        stamps = {t["experiment"]: t.get("verified") or record.get("provenance", {}) for t in record["tables"]}
         for (experiment, claim), c in _claims(record).items():
+            prov = stamps.get(experiment, {})
+            verified = f"{prov.get('time', '?')[:10]} `{prov.get('git_sha', '?')[:8]}`"
             margin = f"{c['margin']:.3g} [{c['low']:.3g}, {c['high']:.3g}]"
             lines.append(f"| {record['method']} | {experiment} | `{claim}` | {_status(c)} | {margin} | "
                          f"{_status(held.get((experiment, claim)))} | {verified} |")
