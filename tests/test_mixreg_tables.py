@@ -2,9 +2,11 @@
 reported table uses (issue #15's rule), the sweep trains exactly the headline's model, and every
 claim names a row that a run reports."""
 import ast
+from functools import lru_cache
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
 from common.config import CONFIG_DIR
 from methods.mixreg_transformer import MixtureOfRegressions, stages
@@ -12,6 +14,19 @@ from methods.mixreg_transformer import MixtureOfRegressions, stages
 PROCEDURES = {"transformer", "posterior_mean", "argmin", "ols", "em"}
 REPORTED = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("mixreg_transformer_mini*.yaml")
                   if p.stem != "mixreg_transformer_mini_tuning")
+
+
+@lru_cache(maxsize=None)
+def _compose(overrides: tuple):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
+@pytest.fixture
+def compose_cfg():
+    """compose(overrides) -> the config scripts/train.py would see, each composed once per session
+    (composing dominates this file's runtime)."""
+    return lambda overrides: _compose(tuple(overrides))
 
 
 def test_the_reported_tables_are_the_four_expected():
