@@ -192,18 +192,18 @@ def test_a_kept_table_keeps_the_commit_and_time_it_was_verified_at(tmp_path, mon
     pub = importlib.import_module("common.reproduce.publish")
     monkeypatch.setattr(pub, "RESULTS_DIR", tmp_path)
     monkeypatch.setattr(ci, "RESULTS_DIR", tmp_path)
-    for name in ("update_readmes",):
-        monkeypatch.setattr(pub.results, name, lambda *a: None)
+    monkeypatch.setattr(pub.results, "update_readmes", lambda *a: None)
     monkeypatch.setattr(pub, "write_status_pages", lambda *a: None)
     monkeypatch.setattr(pub, "plot_curves", lambda *a, **k: None)
     monkeypatch.setattr(pub, "copy_figures", lambda *a, **k: [])
-    stamps = iter([{"git_sha": "aaaa", "time": "2026-01-01T00:00:00"}] * 3 + [{"git_sha": "bbbb", "time": "2026-02-02T00:00:00"}] * 3)
-    monkeypatch.setattr(pub.results, "provenance", lambda: next(stamps))
+    now = {"git_sha": "aaaa", "time": "2026-01-01T00:00:00"}       # the commit and time 'now' stands at
+    monkeypatch.setattr(pub.results, "provenance", lambda: dict(now))
 
     def table(name):
         return TableResult(experiment=name, seeds=[0], metrics=["acc"], runs={"r": [{"seed": 0, "acc": 1.0}]})
 
     pub.publish("m", "mini", [table("m_mini"), table("m_mini_extra")], "cmd", {})
+    now.update(git_sha="bbbb", time="2026-02-02T00:00:00")
     pub.publish("m", "mini", [table("m_mini_extra")], "cmd", {}, keep_others=True)
     record = json.loads((tmp_path / "m_mini.json").read_text())
     got = {t["experiment"]: t["verified"]["git_sha"] for t in record["tables"]}

@@ -32,24 +32,23 @@ def publish(method: str, tier: str, tables: list[TableResult], command: str, fin
         old = json.loads(old_path.read_text())
         others = [d for d in old["tables"] if d["experiment"] not in ran]
         old_stamp = {k: old.get("provenance", {}).get(k) for k in ("git_sha", "time")}
-        for d in others:             # a kept table keeps the stamp of the run that made it
-            d.setdefault("verified", old_stamp)
         for d in others:
+            d.setdefault("verified", old_stamp)   # a kept table keeps the stamp of the run that made it
             if "seeds" not in d:      # a record from before the claims had statuses: nothing to carry over
                 print(f"note: the pre-framework record of {d['experiment']} is dropped; re-run it "
                       f"(python scripts/reproduce.py {method} --tier {tier} --only {d['experiment']})")
         kept = [TableResult.from_dict(d) for d in others if "seeds" in d]
         tables = sorted(tables + kept, key=lambda t: (t.experiment != f"{method}_{tier}", t.experiment))
+    # per table: `--only` re-runs one table of a file, and the file's provenance would otherwise
+    # restamp the tables it kept as if they had been verified now
+    stamp = {k: v for k, v in results.provenance().items() if k in ("git_sha", "time")}
     for t in fresh:
         name = t.experiment + ("_heldout" if held_out else "")
         plot = plot_curves(t.runs, RESULTS_DIR / f"{name}.png", name)
         t.plot = str(plot) if plot else None
         t.figures = [] if held_out else copy_figures(t.runs, t.experiment, RESULTS_DIR)
         t.fingerprint = fingerprints.get(t.experiment)
-        # per table: `--only` re-runs one table of a file, and the file's provenance would otherwise
-        # restamp the tables it kept as if they had been verified now
-        stamp = results.provenance()
-        t.verified = {"git_sha": stamp["git_sha"], "time": stamp["time"]}
+        t.verified = stamp
     text = markdown(method, tier, tables, command)
     key = stem(method, tier, held_out)
     (RESULTS_DIR / f"{key}.md").write_text(text)
