@@ -183,3 +183,39 @@ def test_dcdft_loads():
     from common.data.crystals import load_dcdft
     cs = load_dcdft()
     assert len(cs) >= 60 and all(c["target"] > 0 for c in cs)
+
+
+@pytest.mark.parametrize("crystal", [rock_salt(), skewed(2)], ids=["rock_salt", "skewed"])
+def test_truncated_image_sum_matches_14_angstrom_reach_within_derived_bound(crystal):
+    """The images kept (r ≤ 3.5 σ_max ≈ 6.9 Å) against the sum over a 14 Å reach. Truncation drops
+    softmax mass δ_ih (the full softmax's mass on images beyond the reach, for query i, head h);
+    with f = v_j + ψ(r) the kept-and-renormalised average moves by at most 2 δ_ih max‖f‖ (total
+    variation), and the output projection by at most its spectral norm times that."""
+    torch.manual_seed(0)
+    model = Crystalformer(dim=16, depth=1, heads=2, ffn=16, mode="full", n_rbf=8).double()
+    att = model.blocks[0].attn
+    with torch.no_grad():
+        att.m.zero_(), att.s.fill_(0.5)        # spread σ over [σ_min, σ_max]: some heads near the widest
+        att.calibrated.fill_(True)
+        att.W_E.normal_(0, 0.3)
+    near, far = collate([crystal], reach=model.reach), collate([crystal], reach=14.0)
+    x = torch.randn(len(crystal["z"]), 16, dtype=torch.float64)
+    with torch.no_grad():
+        y_near = att(x, near["src"], near["dst"], near["r2"])
+        y_far = att(x, far["src"], far["dst"], far["r2"])
+        src, dst, r2 = far["src"], far["dst"], far["r2"]
+        A, H, dk = x.shape[0], att.heads, att.dk
+        q, k, v = (f(x).view(A, H, dk) for f in (att.q, att.k, att.v))
+        score = (q[src] * k[dst]).sum(-1) / math.sqrt(dk) - 0.5 * r2[:, None] * att.inv_sigma2(q)[src]
+        p = torch.softmax(score.new_full((A, H, len(src)), -math.inf).index_put_(
+            (src[:, None].expand(-1, H), torch.arange(H).expand(len(src), -1), torch.arange(len(src))[:, None].expand(-1, H)),
+            score), -1)                                                               # (A, H, E): softmax per query
+        dropped = (r2 > model.reach**2).to(p.dtype)
+        delta = (p * dropped).sum(-1)                                                 # (A, H)
+        f = v[dst] + torch.einsum("er,hrd->ehd", rbf(r2.sqrt(), att.n_rbf, att.r_max), att.W_E)   # (E, H, dk)
+        f_max = f.norm(dim=-1).amax(0)                                                # (H,)
+        bound = torch.linalg.matrix_norm(att.out.weight, 2) * (2 * delta * f_max).norm(dim=-1)  # (A,)
+    assert int(dropped.sum()) > 0 and delta.max() > 0          # the 14 Å reach does add images
+    assert delta.max() < 1e-2                                  # and they carry under 1% of any softmax
+    err = (y_near - y_far).norm(dim=-1)
+    assert torch.all(err <= bound + 1e-12), (err, bound)
