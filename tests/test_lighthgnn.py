@@ -14,7 +14,7 @@ from common.data import safe_pickle
 from common.data.hypergraphs import Hypergraph, load_hypergraph, random_split, synthetic_hypergraph
 from methods.lighthgnn import (HGNN, Distillation, HGNNSmoothing, MLPStudent, hyperedge_kd_loss, kd_loss,
                                lighthgnn_loss, observe, reliability, topology_score, with_self_loops)
-from methods.lighthgnn.data import incidence_pairs
+from methods.lighthgnn.data import incidence_pairs, l1_normalise, normalise_features
 
 EDGES = [[0, 1, 2], [2, 3], [1, 3, 4]]   # vertex 5 is in no hyperedge -> self-loop
 
@@ -283,3 +283,19 @@ def test_random_split_sizes_and_disjoint():
     assert len(s["train"]) == 60 and len(s["val"]) == 90 and len(s["test"]) == 600 - 150
     assert len(set(s["train"].tolist()) | set(s["val"].tolist()) | set(s["test"].tolist())) == 600
     assert all(2 <= len(e) <= 8 for e in hg.edges) and min(len(e) for e in hg.edges) >= 3
+
+
+def test_l1_feature_normalisation_is_dhg_norm_ft_ord_1():
+    x = (torch.rand(7, 11, generator=torch.Generator().manual_seed(0)) < 0.3).float()
+    x[3] = 0                                                   # an empty bag-of-words row stays empty
+    # DHG's dhg/datapipe/normalize.py norm_ft(X, ord=1), written out
+    inv = 1 / torch.linalg.norm(x, ord=1, dim=1, keepdim=True)
+    inv[torch.isinf(inv)] = 0
+    torch.testing.assert_close(l1_normalise(x), x * inv)
+    nonzero = x.sum(1) > 0
+    torch.testing.assert_close(l1_normalise(x).sum(1)[nonzero], torch.ones(int(nonzero.sum())))
+    hg = Hypergraph(x, torch.zeros(7, dtype=torch.long), [[0, 1]])
+    assert normalise_features(hg, "none") is hg
+    torch.testing.assert_close(normalise_features(hg, "l1").features, x * inv)
+    with pytest.raises(UserError, match="feature_norm"):
+        normalise_features(hg, "l2")

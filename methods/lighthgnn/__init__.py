@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from common.data.hypergraphs import random_split
-from methods.lighthgnn.data import Observed, incidence_pairs, load, observe, unique_hyperedges
+from methods.lighthgnn.data import Observed, incidence_pairs, load, normalise_features, observe, unique_hyperedges
 from methods.lighthgnn.loss import hyperedge_kd_loss, kd_loss, lighthgnn_loss, reliability
 from methods.lighthgnn.metrics import topology_score
 from methods.lighthgnn.model import HGNN, Distillation, HGNNSmoothing, MLPStudent, with_self_loops
@@ -44,7 +44,7 @@ def run(cfg, ctx) -> dict[str, float]:
     epoch and the topology score of each; in the production setting (method.holdout_fraction >
     0) also the accuracy on the held-out vertices (inductive) and on all test vertices (production)."""
     m, dev = cfg.method, ctx.device
-    hg = load(cfg.dataset)
+    hg = normalise_features(load(cfg.dataset), m.feature_norm)
     split = random_split(hg.labels, m.train_per_class, m.val_per_class, ctx.seed)
     obs, held = observe(hg, split, m.holdout_fraction, ctx.seed)
     p = problem(obs, m.sparse_features, ctx.hw.kernels, dev)
