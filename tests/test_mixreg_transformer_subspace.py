@@ -9,7 +9,7 @@ from scipy.optimize import linear_sum_assignment
 
 from methods.mixreg_transformer import (MixtureOfRegressions, estimate_subspace, ols_predictions,
                                         posterior_mean_predictions, stages, subspace_components, subspace_matrix)
-from methods.mixreg_transformer.subspace import half_moments
+from methods.mixreg_transformer.subspace import cluster_least_squares, half_moments
 
 
 def prompts(batch, length, dim, m, sigma, seed=0, dtype=torch.float64):
@@ -86,6 +86,15 @@ def test_components_are_recovered_at_small_noise():
     polished = subspace_components(xs, ys, 3, noise_std=0.1, seed=0, em_iters=5)
     assert matched_errors(mix.components, polished).max() < 0.01
     torch.testing.assert_close(subspace_components(xs, ys, 3, seed=0), refit)       # seeded: reproducible
+
+
+def test_cluster_refit_is_least_squares_on_the_stacked_cluster_prompts():
+    _, xs, ys, _ = prompts(12, 5, 3, 2, 0.5)
+    labels = np.array([0, 1, 2] * 4)
+    fit = cluster_least_squares(xs, ys, labels, 3).numpy()
+    for j in range(3):
+        x, y = xs[labels == j].reshape(-1, 3).numpy(), ys[labels == j].reshape(-1).numpy()
+        np.testing.assert_allclose(fit[j], np.linalg.lstsq(x, y, rcond=None)[0], rtol=1e-10, atol=1e-12)
 
 
 def test_subspace_keeps_the_input_dtype():

@@ -86,8 +86,9 @@ def cluster_least_squares(xs: torch.Tensor, ys: torch.Tensor, labels: np.ndarray
     minimum-norm fit, an empty one 0). Float64."""
     x, y = xs.double(), ys.double()
     onehot = torch.nn.functional.one_hot(torch.as_tensor(labels, dtype=torch.long), num_components).double()
-    lhs = einsum(onehot, x, x, "b m, b k d, b k e -> m d e")
-    rhs = einsum(onehot, x, y, "b m, b k d, b k -> m d")
+    # per-prompt X_bᵀX_b first: (B, d, d), never a (B, m, k, d) intermediate
+    lhs = einsum(onehot, einsum(x, x, "b k d, b k e -> b d e"), "b m, b d e -> m d e")
+    rhs = einsum(onehot, einsum(x, y, "b k d, b k -> b d"), "b m, b d -> m d")
     return (torch.linalg.pinv(lhs, hermitian=True) @ rhs.unsqueeze(-1)).squeeze(-1)
 
 
