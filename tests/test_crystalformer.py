@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from methods.crystalformer import Crystalformer, PeriodicAttention, collate
+from common.kernels.periodic_attention.reference import group_softmax
 from methods.crystalformer.attention import rbf, shifted_elu
 
 pytest.importorskip("pymatgen")
@@ -207,11 +208,9 @@ def test_truncated_image_sum_matches_14_angstrom_reach_within_derived_bound(crys
         A, H, dk = x.shape[0], att.heads, att.dk
         q, k, v = (f(x).view(A, H, dk) for f in (att.q, att.k, att.v))
         score = (q[src] * k[dst]).sum(-1) / math.sqrt(dk) - 0.5 * r2[:, None] * att.inv_sigma2(q)[src]
-        p = torch.softmax(score.new_full((A, H, len(src)), -math.inf).index_put_(
-            (src[:, None].expand(-1, H), torch.arange(H).expand(len(src), -1), torch.arange(len(src))[:, None].expand(-1, H)),
-            score), -1)                                                               # (A, H, E): softmax per query
+        p = group_softmax(score, src, A)                                              # (E, H): softmax per query
         dropped = (r2 > model.reach**2).to(p.dtype)
-        delta = (p * dropped).sum(-1)                                                 # (A, H)
+        delta = p.new_zeros(A, H).index_add_(0, src, p * dropped[:, None])             # (A, H)
         f = v[dst] + torch.einsum("er,hrd->ehd", rbf(r2.sqrt(), att.n_rbf, att.r_max), att.W_E)   # (E, H, dk)
         f_max = f.norm(dim=-1).amax(0)                                                # (H,)
         bound = torch.linalg.matrix_norm(att.out.weight, 2) * (2 * delta * f_max).norm(dim=-1)  # (A,)
