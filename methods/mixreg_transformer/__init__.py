@@ -15,6 +15,7 @@ from methods.mixreg_transformer.plots import nmse_vs_position
 from methods.mixreg_transformer.procedures import (argmin_predictions, component_weights, ols_predictions,
                                                    posterior_mean_predictions, posterior_weights,
                                                    prefix_sq_residuals)
+from methods.mixreg_transformer.subspace import estimate_subspace, subspace_components, subspace_matrix
 
 
 def build(cfg) -> MixRegTransformer:
@@ -45,28 +46,40 @@ def training_prompts(cfg, ctx, mixture: MixtureOfRegressions):
 
 
 def run(cfg, ctx) -> dict[str, float]:
-    """Train the transformer on prompts of the seed's mixture (the shared Trainer), fit EM on
-    the prompts it saw, then score every procedure on the same evaluation prompts: metrics named
-    `<procedure>/<metric>` (rows transformer, posterior_mean, argmin, ols, em)."""
+    """Train the transformer on prompts of the seed's mixture (the shared Trainer), fit EM (and
+    with `method.subspace` the subspace algorithm) on the prompts it saw, then score every
+    procedure on the same evaluation prompts: metrics named `<procedure>/<metric>` (rows
+    transformer, posterior_mean, argmin, ols, em, and subspace when on). Every scale s of
+    `eval.x_scales` adds `<procedure>/nmse_x<s>` on the same prompts with x scaled by s."""
     data = cfg.dataset
     mixture = instantiate(data.mixture, seed=ctx.seed)
     batch_fn, (em_xs, em_ys) = training_prompts(cfg, ctx, mixture)
     em_components = batch_em(em_xs, em_ys, mixture.num_components, mixture.noise_std,
                              iters=int(cfg.method.em_iters), seed=stages.stream_seed(ctx.seed, stages.EM_STREAM))
-    xs, ys, _ = stages.test_prompts(mixture, int(data.eval_prompts), int(data.prompt_length), ctx.seed,
-                                    split=data.eval_split)
+    fitted = {"em_components": em_components}
+    if cfg.method.get("subspace", False):   # the same prompts as EM
+        fitted["subspace_components"] = subspace_components(
+            em_xs, em_ys, mixture.num_components, mixture.noise_std,
+            seed=stages.stream_seed(ctx.seed, stages.SUBSPACE_STREAM), em_iters=int(cfg.method.subspace_em_iters))
+    x_scales = [float(s) for s in (cfg.eval.get("x_scales") or [])]
+    xs, ys, component = stages.test_prompts(mixture, int(data.eval_prompts), int(data.prompt_length), ctx.seed,
+                                            split=data.eval_split)
 
     def evaluate(model) -> dict[str, float]:
-        predictions = stages.all_predictions(xs, ys, mixture.components, mixture.noise_std, model=model,
-                                             em_components=em_components)
+        predictions = stages.all_predictions(xs, ys, mixture.components, mixture.noise_std, model=model, **fitted)
         if ctx.hw.is_main:
             curves = stages.nmse_curves(predictions, ys, mixture.dim)
             (ctx.run_dir / "nmse_curves.json").write_text(json.dumps({k: v.tolist() for k, v in curves.items()}))
             nmse_vs_position(curves, ctx.run_dir / "nmse_vs_position.png",
                              f"d = {mixture.dim}, m = {mixture.num_components}, σ = {mixture.noise_std:g} ({data.eval_split})",
                              noise_floor=mixture.noise_std ** 2 / mixture.dim)
-        return {f"{name}/{key}": value for name, row in stages.procedure_metrics(predictions, ys, mixture.dim).items()
-                for key, value in row.items()}
+        rows = stages.procedure_metrics(predictions, ys, mixture.dim)
+        if x_scales:
+            shifted = stages.shifted_metrics(xs, ys, component, mixture.components, mixture.noise_std, x_scales,
+                                             model=model, **fitted)
+            for name, extra in shifted.items():
+                rows[name].update(extra)
+        return {f"{name}/{key}": value for name, row in rows.items() for key, value in row.items()}
 
     metrics = tasks.fit_and_evaluate(ctx, build(cfg), batch_fn, evaluate)
     if "train_loss" in metrics:   # the transformer's, so it lands in its row
@@ -76,4 +89,5 @@ def run(cfg, ctx) -> dict[str, float]:
 
 __all__ = ["MixtureOfRegressions", "posterior_weights", "posterior_mean_predictions", "argmin_predictions",
            "ols_predictions", "batch_em", "MixRegTransformer", "component_weights", "prefix_sq_residuals",
-           "em_step", "interleave", "prompt_loss", "normalized_sq_error", "build", "run"]
+           "em_step", "subspace_components", "subspace_matrix", "estimate_subspace", "interleave", "prompt_loss",
+           "normalized_sq_error", "build", "run"]

@@ -15,7 +15,7 @@ from methods.mixreg_transformer.procedures import argmin_predictions, ols_predic
 
 # independent streams of the run seed; EM's initial draw must not reuse the seed that drew the
 # mixture (the same generator state would start EM at the true components)
-TEST_STREAM, TRAIN_STREAM, VAL_STREAM, EM_STREAM = 0, 1, 2, 3
+TEST_STREAM, TRAIN_STREAM, VAL_STREAM, EM_STREAM, SUBSPACE_STREAM = 0, 1, 2, 3, 4
 EVAL_STREAMS = {"test": TEST_STREAM, "val": VAL_STREAM}
 REFERENCES = {"dist_pm": "posterior_mean", "dist_argmin": "argmin", "dist_ols": "ols"}
 
@@ -71,6 +71,23 @@ def test_prompts(mixture: MixtureOfRegressions, num_prompts: int, length: int, s
     return mixture.sample(num_prompts, length, gen)
 
 
+def scale_name(scale: float) -> str:
+    """The metric suffix of a covariate scale: `x2`, `x0p5` (no '.', so `row.nmse_x0p5` parses
+    as a claim)."""
+    return "x" + f"{float(scale):g}".replace(".", "p")
+
+
+def scaled_prompts(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor, component: torch.Tensor,
+                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The covariate-scale shift of the test prompts: the same prompts, components and noise
+    with every x scaled by s, y recomputed: (s x, ⟨w_j, s x⟩ + σε) = (s x, y + (s − 1)⟨w_j, x⟩)
+    (σε = y − ⟨w_j, x⟩ is the prompt's own noise). s = 1 returns the prompts unchanged, bit for bit."""
+    if not scale > 0:
+        raise ValueError(f"a covariate scale must be > 0, got {scale}")
+    signal = torch.einsum("bkd,bd->bk", xs, components.to(xs.dtype)[component])
+    return xs * scale, ys + (scale - 1) * signal
+
+
 @torch.no_grad()
 def transformer_predictions(model: torch.nn.Module, xs: torch.Tensor, ys: torch.Tensor, chunk: int = 1000) -> torch.Tensor:
     """The model's predictions (B, k) in eval mode, `chunk` prompts per forward pass."""
@@ -87,17 +104,37 @@ def fit_em(xs: torch.Tensor, ys: torch.Tensor, num_components: int, noise_std: f
 
 
 def all_predictions(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor, noise_std: float,
-                    model: torch.nn.Module | None = None, em_components: torch.Tensor | None = None) -> dict:
-    """{procedure: predictions (B, k)} on the same prompts; the transformer and EM rows only
-    when given. EM predicts with the posterior mean under its estimated components."""
+                    model: torch.nn.Module | None = None, em_components: torch.Tensor | None = None,
+                    subspace_components: torch.Tensor | None = None) -> dict:
+    """{procedure: predictions (B, k)} on the same prompts; the transformer, EM and subspace rows
+    only when given. EM and the subspace algorithm predict with the posterior mean under their
+    estimated components."""
     preds = {"posterior_mean": posterior_mean_predictions(xs, ys, components, noise_std),
              "argmin": argmin_predictions(xs, ys, components),
              "ols": ols_predictions(xs, ys)}
     if em_components is not None:
         preds["em"] = posterior_mean_predictions(xs, ys, em_components, noise_std)
+    if subspace_components is not None:
+        preds["subspace"] = posterior_mean_predictions(xs, ys, subspace_components, noise_std)
     if model is not None:
         preds = {"transformer": transformer_predictions(model, xs, ys), **preds}
     return preds
+
+
+def shifted_metrics(xs: torch.Tensor, ys: torch.Tensor, component: torch.Tensor, components: torch.Tensor,
+                    noise_std: float, scales, **fitted) -> dict[str, dict[str, float]]:
+    """{procedure: {nmse_x<s>: value}} for every covariate scale s (`scaled_prompts`): every
+    procedure of `all_predictions` (`fitted` = model, em_components, subspace_components) on the
+    test prompts with x scaled by s. nmse as in `procedure_metrics` (positions 1..k−1, divided by
+    d, not by s²: the zero predictor scores about s² + σ²/d)."""
+    out: dict[str, dict[str, float]] = {}
+    for scale in scales:
+        sx, sy = scaled_prompts(xs, ys, components, component, scale)
+        preds = all_predictions(sx, sy, components, noise_std, **fitted)
+        for name, p in preds.items():
+            curve = normalized_sq_error(p.double(), sy.double(), xs.shape[-1])
+            out.setdefault(name, {})[f"nmse_{scale_name(scale)}"] = float(curve[1:].mean())
+    return out
 
 
 def nmse_curves(predictions: dict, ys: torch.Tensor, dim: int) -> dict[str, np.ndarray]:
