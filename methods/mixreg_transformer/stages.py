@@ -97,12 +97,6 @@ def transformer_predictions(model: torch.nn.Module, xs: torch.Tensor, ys: torch.
                       for i in range(0, len(xs), chunk)])
 
 
-def fit_em(xs: torch.Tensor, ys: torch.Tensor, num_components: int, noise_std: float, iters: int = 50,
-           seed: int = 0) -> torch.Tensor:
-    """EM's component estimates (m, d) from the prompts the transformer saw."""
-    return batch_em(xs, ys, num_components, noise_std, iters=iters, seed=seed)
-
-
 def all_predictions(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor, noise_std: float,
                     model: torch.nn.Module | None = None, em_components: torch.Tensor | None = None,
                     subspace_components: torch.Tensor | None = None) -> dict:

@@ -15,8 +15,11 @@ for the clustering):
 - clustering: k-means (scikit-learn, seeded) on the projected whole-prompt estimates Uᵀβ̂_b.
   Kong et al. cluster by pairwise distances instead: H_bc, an unbiased estimate of
   ‖Uᵀ(w_b − w_c)‖² from the two halves' inner products, then single linkage with a threshold in
-  the paper (average linkage into m clusters in their code). k-means on Uᵀβ̂_b sees the same
-  distances plus a noise term that is the same for every prompt in expectation (x ~ N(0, I));
+  the paper (average linkage into m clusters in their code). k-means on Uᵀβ̂_b is the weaker
+  choice: a prompt's estimate has covariance ((‖w_j‖² + σ²) I + w_j w_jᵀ) / k, which grows with
+  its component's norm, so the clusters are not the equal isotropic ones k-means assumes (at the
+  mini setting, seed 1, norms 1.2-5.0, it put two centres on one component); H_bc has no such
+  noise term. `em_iters` refines the k-means estimates;
 - refit: least squares on each cluster's prompts in all d dimensions (pseudo-inverse); Kong et
   al.'s classification step (assign more light tasks to the nearest estimate by likelihood, then
   refit) is replaced by optional batch EM iterations from these estimates (`em_iters`).
