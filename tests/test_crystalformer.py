@@ -133,7 +133,9 @@ def test_chunked_radial_sum_matches_one_pass():
 
 def test_prediction_does_not_depend_on_batch_mates():
     torch.manual_seed(0)
-    model = Crystalformer(dim=16, depth=1, heads=2, ffn=16).double().eval()
+    model = Crystalformer(dim=16, depth=1, heads=2, ffn=16).double().train()
+    model(collate([rock_salt(), skewed(1)]))      # saves m, s (before that the batch standardises itself)
+    model.eval()
     a, b = rock_salt(), skewed(2)
     torch.testing.assert_close(_predict(model, [a, b])[0], _predict(model, [a])[0])
 
@@ -162,6 +164,81 @@ def test_predict_takes_pymatgen_structures():
     structure = Structure(Lattice(c["lattice"]), ["Na"] * 4 + ["Cl"] * 4, c["pos"], coords_are_cartesian=True)
     got = predict(model, [structure, c])
     assert got.shape == (2,) and abs(float(got[0] - got[1])) < 1e-5
+
+
+def test_rbf_is_the_official_basis():
+    """Official _get_basis_func (m = r_max, K = n): exp(-((k·m/K − r) / (√2·m/K))²), k = 1..K;
+    and real_enc_fwd.cu's recurrence b = −r/μ0/(√2), b += 1/√2 per basis, exp(−b²), μ0 = m/K."""
+    r_max, n = 14.0, 64
+    r = torch.tensor([0.0, 0.1, 1.7, 3.5, 6.9, 13.9, 14.0, 15.2], dtype=torch.float64)
+    got = rbf(r, n, r_max)
+    for a, x in enumerate(r.tolist()):
+        want = [math.exp(-(((k + 1) * r_max / n - x) / (math.sqrt(2) * r_max / n)) ** 2) for k in range(n)]
+        torch.testing.assert_close(got[a], torch.tensor(want, dtype=torch.float64), rtol=1e-12, atol=1e-15)
+        b, cuda = -x / (r_max / n) / math.sqrt(2), []
+        for _ in range(n):
+            b += 1 / math.sqrt(2)
+            cuda.append(math.exp(-b * b))
+        torch.testing.assert_close(got[a], torch.tensor(cuda, dtype=torch.float64), rtol=1e-9, atol=1e-12)
+    assert int(got[6].argmax()) == n - 1 and float(got[0, 0]) < 0.61   # last centre at r_max, none at 0
+
+
+@pytest.mark.parametrize("heads,dim,n_rbf", [(8, 128, 64), (4, 64, 64)], ids=["paper", "mini"])
+def test_W_E_is_xavier_uniform_with_gain_n_rbf_to_the_minus_half(heads, dim, n_rbf):
+    """Official: xavier_uniform_(W, gain=K^-½) on the (heads·d_k, K) matrix, so fan_in K, fan_out
+    heads·d_k: U(−a, a), a = gain·√(6/(fan_in + fan_out)), std a/√3. For n samples of U(−a, a)
+    the sample variance has sd √((a⁴/5 − a⁴/9)/n), i.e. the sample std a relative sd ≈ 0.447/√n;
+    we allow 5 of those."""
+    torch.manual_seed(0)
+    model = Crystalformer(dim=dim, depth=4, heads=heads, ffn=dim, n_rbf=n_rbf)
+    W = torch.cat([blk.attn.W_E.detach().flatten() for blk in model.blocks]).double()
+    a = n_rbf**-0.5 * math.sqrt(6 / (n_rbf + dim))
+    n = W.numel()
+    assert float(W.abs().max()) <= a * (1 + 1e-6)            # float32 rounding of the bound
+    assert abs(float(W.std()) / (a / math.sqrt(3)) - 1) < 5 * 0.447 / math.sqrt(n)
+    assert abs(float(W.mean())) < 5 * (a / math.sqrt(3)) / math.sqrt(n)
+    if heads == 8:
+        assert abs(a / math.sqrt(3) - 0.01276) < 1e-5          # the README's 0.0128
+
+
+def test_species_embedding_is_scaled_by_9N_to_the_minus_quarter():
+    """Official latticeformer.py: emb_scale = model_dim**-0.5; emb_scale *= (9*num_layers)**(-1/4)
+    under T-Fixup. Sample std of n normals has relative sd 1/√(2n); we allow 5 of those."""
+    torch.manual_seed(0)
+    model_dim, num_layers = 128, 4
+    emb_scale = model_dim**(-0.5)
+    emb_scale *= (9 * num_layers)**(-1 / 4)
+    E = Crystalformer(dim=model_dim, depth=num_layers).embed.weight.detach().double()
+    assert abs(emb_scale - 0.0361) < 1e-4
+    assert abs(float(E.std()) / emb_scale - 1) < 5 / math.sqrt(2 * E.numel())
+
+
+def test_m_s_are_one_mean_and_std_over_atoms_and_heads_saved_by_the_first_training_batch():
+    """Official gauss_scale: shift = −mean, scale = 1/std of q_iᵀw over the whole (atoms, heads)
+    array (torch's unbiased std); before the first training step every batch standardises
+    itself (eval too), and the first training batch saves them."""
+    torch.manual_seed(0)
+    model = Crystalformer(dim=16, depth=2, heads=4, ffn=32).double()
+    batch = collate([rock_salt(), skewed(1)])
+    inputs = {}
+    for i, blk in enumerate(model.blocks):
+        blk.attn.register_forward_hook(lambda mod, args, out, i=i: inputs.__setitem__(i, args[0].detach()))
+    with torch.no_grad():
+        out_eval = model.eval()(batch)
+        assert not any(bool(b.attn.calibrated) for b in model.blocks)       # eval does not save
+        out_train = model.train()(batch)
+    torch.testing.assert_close(out_eval, out_train, rtol=1e-12, atol=1e-12)  # same batch, same statistics
+    for i, blk in enumerate(model.blocks):
+        att = blk.attn
+        q = att.q(inputs[i]).detach().numpy().reshape(-1, att.heads, att.dk)
+        w = att.w.detach().numpy()
+        vals = np.array([q[a, h] @ w[h] for a in range(len(q)) for h in range(att.heads)])   # atoms·heads values
+        assert att.m.shape == () and att.s.shape == () and bool(att.calibrated)
+        assert abs(float(att.m) - vals.mean()) < 1e-12 and abs(float(att.s) - vals.std(ddof=1)) < 1e-12
+    m0 = [float(b.attn.m) for b in model.blocks]
+    with torch.no_grad():
+        model(collate([skewed(2)]))                                         # later batches do not move them
+    assert [float(b.attn.m) for b in model.blocks] == m0
 
 
 def test_parameter_count_matches_paper_scale():
@@ -218,3 +295,10 @@ def test_truncated_image_sum_matches_14_angstrom_reach_within_derived_bound(crys
     assert delta.max() < 1e-2                                  # and they carry under 1% of any softmax
     err = (y_near - y_far).norm(dim=-1)
     assert torch.all(err <= bound + 1e-12), (err, bound)
+
+
+@pytest.mark.parametrize("experiment", ["mini", "smoke", "jarvis_formation", "jarvis_total_energy",
+                                        "mp_bandgap", "mp_formation"])
+def test_every_tier_clips_the_global_gradient_norm_at_1(compose_cfg, experiment):
+    """Official params/latticeformer/default.json clip_norm 1.0 (models/regression.py:121)."""
+    assert compose_cfg([f"experiment=crystalformer_{experiment}"]).trainer.clip_grad == 1.0

@@ -48,24 +48,35 @@ class PeriodicAttention(nn.Module):
         self.out = nn.Linear(dim, dim)
         if mode != "cutoff":
             self.w = nn.Parameter(torch.randn(heads, self.dk) / math.sqrt(self.dk))
-            # m, s: fixed from the first training batch's statistics of q_iᵀw
-            self.register_buffer("m", torch.zeros(heads))
-            self.register_buffer("s", torch.ones(heads))
+            # m, s: one mean and one std of q_iᵀw over all atoms and heads, saved by the first
+            # training batch (official gauss_scale, indexed_lattice_multi_head_attention_cuda.py:658-673)
+            self.register_buffer("m", torch.zeros(()))
+            self.register_buffer("s", torch.ones(()))
             self.register_buffer("calibrated", torch.zeros((), dtype=torch.bool))
         if mode != "simplified":
-            self.W_E = nn.Parameter(torch.randn(heads, n_rbf, self.dk) * 0.01)   # ψ, one per head
+            self.W_E = nn.Parameter(self.init_W_E(heads, n_rbf, self.dk))          # ψ, one per head
         if mode == "cutoff":
             self.phi = nn.Parameter(torch.zeros(heads, n_rbf))                    # distance bias
 
+    @staticmethod
+    def init_W_E(heads: int, n_rbf: int, dk: int) -> torch.Tensor:
+        """Official init (indexed_lattice_multi_head_attention.py:1637-1647): Xavier-uniform with
+        gain n_rbf^-½ on the (heads·dk, n_rbf) matrix, i.e. fan_in n_rbf, fan_out heads·dk.
+        Not rescaled by T-Fixup (pe_dist_proj is commented out of fixup_initialization)."""
+        W = nn.init.xavier_uniform_(torch.empty(heads * dk, n_rbf), gain=n_rbf**-0.5)
+        return W.view(heads, dk, n_rbf).transpose(1, 2).contiguous()             # (H, R, dk)
+
     def inv_sigma2(self, q: torch.Tensor) -> torch.Tensor:
-        """σ_i⁻² per atom and head, (atoms, H)."""
+        """σ_i⁻² per atom and head, (atoms, H). Until m, s are saved, the batch's own (detached)
+        statistics standardise q_iᵀw, in eval too, as the official code does before its first
+        training step; the first training batch saves them."""
         x = torch.einsum("ahd,hd->ah", q, self.w)
-        if self.training and not bool(self.calibrated):
-            with torch.no_grad():
-                self.m.copy_(x.mean(0))
-                self.s.copy_(x.std(0).clamp_min(1e-6))
-                self.calibrated.fill_(True)
-        return shifted_elu((x - self.m) / self.s, self.a, self.b) / self.r0**2
+        m, s = self.m, self.s
+        if not bool(self.calibrated):
+            m, s = x.detach().mean(), x.detach().std().clamp_min(1e-6)
+            if self.training:
+                self.m.copy_(m), self.s.copy_(s), self.calibrated.fill_(True)
+        return shifted_elu((x - m) / s, self.a, self.b) / self.r0**2
 
     def forward(self, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
         """x (atoms, D) for all real atoms of the batch; images as edges: query atom `src`,

@@ -104,9 +104,10 @@ class Crystalformer(nn.Module):
         self._t_fixup(depth, dim)
 
     def _t_fixup(self, depth: int, dim: int) -> None:
-        """T-Fixup (Huang et al. 2020) for an encoder without LayerNorm: embeddings N(0, d^-1/2),
-        Xavier elsewhere, value/output/feed-forward weights scaled by 0.67 N^-1/4."""
-        nn.init.normal_(self.embed.weight, 0, dim**-0.5)
+        """T-Fixup (Huang et al. 2020) for an encoder without LayerNorm: embeddings
+        N(0, d^-1/2 (9N)^-1/4) (official models/latticeformer.py:134-137), Xavier elsewhere,
+        value/output/feed-forward weights scaled by 0.67 N^-1/4."""
+        nn.init.normal_(self.embed.weight, 0, dim**-0.5 * (9 * depth) ** -0.25)
         scale = 0.67 * depth**-0.25
         for blk in self.blocks:
             for lin in (blk.attn.q, blk.attn.k, blk.attn.v, blk.attn.out, blk.ffn[0], blk.ffn[2]):

@@ -15,7 +15,7 @@ def periodic_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inv_si
     q, k, v: (A, H, d) per atom and head; inv_sigma2: (A, H) σ⁻²; src, dst: (E,) int64 query
     and key atom of each image; r2: (E,) squared distances (geometry: no gradient in the
     Triton implementation); W_E: (H, R, d) value position encoding on R Gaussian basis
-    functions over [0, r_max], or None for none (the "simplified" model). Returns (A, H, d).
+    functions (centres k·r_max/R, k = 1..R), or None for none (the "simplified" model). Returns (A, H, d).
     impl: "reference" | "triton" | "auto" (see common.kernels.resolve_impl).
     """
     if q.dim() != 3 or k.shape != q.shape or v.shape != q.shape:

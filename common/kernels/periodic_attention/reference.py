@@ -6,7 +6,7 @@ With σ_i⁻² given per atom and head (inv_sigma2),
 
     score_e = q_i·k_j / √d − r²_ijn σ_i⁻² / 2            Gaussian distance decay exp(−r²/2σ²)
     p_e     = softmax of score_e over the edges of query i  (one softmax over j and the images n)
-    y_i     = Σ_e p_e (v_j + ψ(r_ijn)),   ψ(r) = W_Eᵀ b(r),  b: Gaussian radial basis on [0, r_max]
+    y_i     = Σ_e p_e (v_j + ψ(r_ijn)),   ψ(r) = W_Eᵀ b(r),  b: Gaussian radial basis on (0, r_max]
 
 This is α_ij = log Σ_n exp(−r²/2σ²) and β_ij = Σ_n softmax_n(·) ψ(r) of the paper folded into
 one softmax over images (methods/crystalformer/attention.py derives it). The reference builds
@@ -21,9 +21,11 @@ from einops import einsum
 
 
 def rbf(r: torch.Tensor, n: int, r_max: float) -> torch.Tensor:
-    """n Gaussian radial basis functions with centres on [0, r_max] and width the spacing: (..., n)."""
-    mu = torch.linspace(0, r_max, n, device=r.device, dtype=r.dtype)
-    delta = r_max / (n - 1)
+    """n Gaussian radial basis functions, centres k·r_max/n for k = 1..n, width r_max/n: (..., n).
+    The official basis (`_get_basis_func` in models/indexed_lattice_multi_head_attention.py,
+    models/kernels/real_enc_fwd.cu): no centre at 0 Å, the last one at r_max."""
+    delta = r_max / n
+    mu = torch.arange(1, n + 1, device=r.device, dtype=r.dtype) * delta
     return torch.exp(-((r.unsqueeze(-1) - mu) ** 2) / (2 * delta**2))
 
 

@@ -39,7 +39,7 @@ def _forward_kernel(q_ptr, k_ptr, v_ptr, isig_ptr, dst_ptr, r2_ptr, order_ptr, o
     acc_v = tl.full([BLOCK_D], 0.0, tl.float32)
     acc_b = tl.full([BLOCK_R], 0.0, tl.float32)
     rcols = tl.arange(0, BLOCK_R)
-    centres = rcols.to(tl.float32) * step          # b_r(x) = exp(-(x - centre_r)² / 2 width²)
+    centres = (rcols + 1).to(tl.float32) * step    # b_r(x) = exp(-(x - centre_r)² / 2 width²)
     for t0 in range(start, end, BLOCK_E):
         t = t0 + tl.arange(0, BLOCK_E)
         emask = t < end
@@ -81,7 +81,7 @@ def _backward_query_kernel(q_ptr, k_ptr, v_ptr, isig_ptr, dst_ptr, r2_ptr, order
     d = tl.arange(0, BLOCK_D)
     dmask = d < DK
     rcols = tl.arange(0, BLOCK_R)
-    centres = rcols.to(tl.float32) * step
+    centres = (rcols + 1).to(tl.float32) * step
     q_i = tl.load(q_ptr + (i * H + h) * DK + d, mask=dmask, other=0.0).to(tl.float32)
     gyv = tl.load(gyv_ptr + (i * H + h) * DK + d, mask=dmask, other=0.0).to(tl.float32)
     gyb = tl.load(gyb_ptr + (i * H + h) * R + rcols, mask=rcols < R, other=0.0).to(tl.float32)
@@ -128,7 +128,7 @@ def _backward_key_kernel(q_ptr, k_ptr, v_ptr, isig_ptr, src_ptr, r2_ptr, order_p
     d = tl.arange(0, BLOCK_D)
     dmask = d < DK
     rcols = tl.arange(0, BLOCK_R)
-    centres = rcols.to(tl.float32) * step
+    centres = (rcols + 1).to(tl.float32) * step
     k_j = tl.load(k_ptr + (j * H + h) * DK + d, mask=dmask, other=0.0).to(tl.float32)
     v_j = tl.load(v_ptr + (j * H + h) * DK + d, mask=dmask, other=0.0).to(tl.float32)
     start = tl.load(offsets_ptr + j)
@@ -165,10 +165,11 @@ def _backward_key_kernel(q_ptr, k_ptr, v_ptr, isig_ptr, src_ptr, r2_ptr, order_p
 
 
 def _basis_constants(n_rbf: int, r_max: float) -> tuple[float, float]:
-    """(centre spacing, 1 / (2 width²)) of the method's basis: linspace(0, r_max, n), width = spacing."""
+    """(centre spacing, 1 / (2 width²)) of the method's basis (reference.rbf): centres
+    (r + 1)·step for r = 0..n-1, step = width = r_max / n, as the official code."""
     if n_rbf == 0:
         return 1.0, 1.0
-    step = r_max / (n_rbf - 1)
+    step = r_max / n_rbf
     return step, 1.0 / (2 * step * step)
 
 
