@@ -90,9 +90,37 @@ def test_sigma_to_zero_is_argmin_and_finite_when_every_likelihood_underflows():
         pm = posterior_mean_predictions(x, y, c, tiny)
         assert torch.isfinite(pm).all() and pm.dtype == dtype
         torch.testing.assert_close(pm, argmin_predictions(x, y, c))
-        torch.testing.assert_close(posterior_mean_predictions(x, y, c, 0.0), argmin_predictions(x, y, c))
     # position 0: every component ties, so both give the prior mean
     torch.testing.assert_close(argmin_predictions(xs, ys, mix.components)[:, 0], xs[:, 0] @ mix.components.mean(0))
+
+
+def hard_weights_by_a_loop(xs, ys, comps):
+    """σ = 0 weights (B, k, m) prompt by prompt and prefix by prefix: the components whose prefix
+    residual sum of squares is least share the weight equally, the others get 0."""
+    x, y, w = xs.double().numpy(), ys.double().numpy(), comps.double().numpy()
+    out = np.zeros((x.shape[0], x.shape[1], len(w)))
+    for b in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            sse = np.array([((y[b, :i] - x[b, :i] @ wj) ** 2).sum() for wj in w])
+            least = sse == sse.min()
+            out[b, i, least] = 1 / least.sum()
+    return out
+
+
+def test_sigma_zero_weights_split_equally_over_the_least_residual_components_by_a_loop():
+    """σ = 0 against a loop, with ties beyond position 0: component 3 repeats component 0, so
+    whenever either is least both get 1/2."""
+    mix, xs, ys, _ = prompts(batch=20)
+    comps = torch.cat([mix.components, mix.components[:1]])                 # (4, d), rows 0 and 3 equal
+    expect = hard_weights_by_a_loop(xs, ys, comps)
+    assert (expect[:, 1:] == 0.5).any() and (expect[:, 1:] == 1.0).any()   # both cases occur
+    for dtype in (torch.float32, torch.float64):
+        x, y, c = xs.to(dtype), ys.to(dtype), comps.to(dtype)
+        np.testing.assert_allclose(posterior_weights(x, y, c, 0.0).double().numpy(), expect, rtol=0, atol=0)
+        by_loop = (expect * (xs.numpy() @ comps.numpy().T)).sum(-1)
+        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        np.testing.assert_allclose(posterior_mean_predictions(x, y, c, 0.0).double().numpy(), by_loop,
+                                   rtol=tol, atol=tol)
 
 
 def test_argmin_is_exact_on_noiseless_prompts():
@@ -143,6 +171,58 @@ def test_one_em_step_matches_a_loop():
         lhs = sum(gamma[b, j] * x[b].T @ x[b] for b in range(12))
         rhs = sum(gamma[b, j] * x[b].T @ y[b] for b in range(12))
         np.testing.assert_allclose(new[j].numpy(), np.linalg.solve(lhs, rhs), rtol=1e-9)
+
+
+def em_step_by_a_loop(x, y, w0, gamma):
+    """The M-step prompt by prompt from weights gamma (B, m); a component with no weight keeps w0."""
+    new = w0.copy()
+    for j in range(len(w0)):
+        if gamma[:, j].sum() > 0:
+            lhs = sum(gamma[b, j] * x[b].T @ x[b] for b in range(len(x)))
+            rhs = sum(gamma[b, j] * x[b].T @ y[b] for b in range(len(x)))
+            new[j] = np.linalg.solve(lhs, rhs)
+    return new
+
+
+def test_one_hard_em_step_at_sigma_zero_matches_a_loop():
+    """σ = 0, the hard E-step: each prompt's weight goes to its least-residual estimates, split
+    equally over ties. Estimates ±v tie exactly on the prompts with y = 0; the far estimate 50 u
+    is no prompt's least, so it keeps its value (a pseudo-inverse of 0 would make it 0)."""
+    gen = torch.Generator().manual_seed(7)
+    v = torch.randn(D, generator=gen, dtype=torch.float64)
+    init = torch.stack([v, -v, 50 * torch.randn(D, generator=gen, dtype=torch.float64)])
+    xs = torch.randn(12, 6, D, generator=gen, dtype=torch.float64)
+    truth = torch.cat([torch.zeros(3, D), (v + 0.3).expand(4, D), (0.3 - v).expand(5, D)]).double()
+    ys = torch.einsum("bkd,bd->bk", xs, truth) + 0.1 * torch.randn(12, 6, generator=gen, dtype=torch.float64)
+    ys[:3] = 0.0                                                    # y = 0: the ties
+    x, y, w0 = xs.numpy(), ys.numpy(), init.numpy()
+    sse = np.array([[((y[b] - x[b] @ w) ** 2).sum() for w in w0] for b in range(12)])
+    least = sse == sse.min(1, keepdims=True)
+    gamma = least / least.sum(1, keepdims=True)
+    assert (gamma[:3, :2] == 0.5).all() and gamma[:, 0].sum() > 3 and gamma[:, 1].sum() > 3 and gamma[:, 2].sum() == 0
+    new = batch_em(xs, ys, 3, 0.0, iters=1, init=init)
+    np.testing.assert_allclose(new.numpy(), em_step_by_a_loop(x, y, w0, gamma), rtol=1e-9, atol=1e-12)
+    assert torch.equal(new[2], init[2])
+    # giving the tied prompts all to the first estimate (an argmax) would move both ±v estimates
+    argmax = np.eye(3)[sse.argmin(1)]
+    assert np.abs(em_step_by_a_loop(x, y, w0, argmax)[:2] - new[:2].numpy()).max() > 1e-3
+
+
+def test_a_component_without_weight_keeps_its_estimate_at_positive_sigma():
+    """σ = 0.5: the estimate 100 u is so far from every prompt that its weight underflows to 0; it
+    stays put through 3 EM steps while the others move as the loop says."""
+    _, xs, ys, _ = prompts(batch=30, length=6)
+    gen = torch.Generator().manual_seed(8)
+    init = torch.cat([torch.randn(2, D, generator=gen, dtype=torch.float64),
+                      100 * torch.randn(1, D, generator=gen, dtype=torch.float64)])
+    x, y, w = xs.numpy(), ys.numpy(), init.numpy()
+    for _ in range(3):
+        gamma = np.array([softmax([-((y[b] - x[b] @ wj) ** 2).sum() / (2 * SIGMA ** 2) for wj in w]) for b in range(30)])
+        assert gamma[:, 2].sum() == 0
+        w = em_step_by_a_loop(x, y, w, gamma)
+    new = batch_em(xs, ys, 3, SIGMA, iters=3, init=init)
+    np.testing.assert_allclose(new.numpy(), w, rtol=1e-9, atol=1e-12)
+    assert torch.equal(new[2], init[2])
 
 
 def test_em_recovers_the_components():

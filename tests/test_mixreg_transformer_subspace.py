@@ -7,7 +7,7 @@ import torch
 from scipy.linalg import subspace_angles
 from scipy.optimize import linear_sum_assignment
 
-from methods.mixreg_transformer import (MixtureOfRegressions, estimate_subspace, ols_predictions,
+from methods.mixreg_transformer import (MixtureOfRegressions, batch_em, estimate_subspace, ols_predictions,
                                         posterior_mean_predictions, stages, subspace_components, subspace_matrix)
 from methods.mixreg_transformer.subspace import cluster_least_squares, half_moments
 
@@ -86,6 +86,58 @@ def test_components_are_recovered_at_small_noise():
     polished = subspace_components(xs, ys, 3, noise_std=0.1, seed=0, em_iters=5)
     assert matched_errors(mix.components, polished).max() < 0.01
     torch.testing.assert_close(subspace_components(xs, ys, 3, seed=0), refit)       # seeded: reproducible
+
+
+def unequal_norm_prompts(norms, batch, length, dim, sigma, seed):
+    """Prompts of components along orthonormal directions q_j with the given norms (the regime
+    where a prompt's moment estimate is noisier for a longer component): (q, w, comp, xs, ys)."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.linalg.qr(torch.randn(dim, len(norms), generator=gen, dtype=torch.float64))[0]   # (d, m)
+    w = q.T * torch.tensor(norms, dtype=torch.float64)[:, None]                                  # (m, d)
+    comp = torch.randint(len(norms), (batch,), generator=gen)
+    xs = torch.randn(batch, length, dim, generator=gen, dtype=torch.float64)
+    ys = torch.einsum("bkd,bd->bk", xs, w[comp]) + sigma * torch.randn(batch, length, generator=gen, dtype=torch.float64)
+    return q, w, comp, xs, ys
+
+
+def test_subspace_spans_components_of_unequal_norms_within_the_perturbation_bound():
+    """Norms 1, 2.5, 5 (σ = 0.1, d = 8, 4,000 prompts of 40). E M = Σ_j w_j w_jᵀ / m has
+    eigenvectors q_j with eigenvalues λ_j = ‖w_j‖² / m and 0 on the complement, so to first order
+    in E = M − E M the sines of the principal angles are the columns P⊥ E q_j / λ_j, and
+    E ‖P⊥ E q_j / λ_j‖² = Σ var(P⊥ Z_b q_j / λ_j) / n with Z_b = sym(β̂_A β̂_Bᵀ) the per-prompt
+    terms of M. The root of the sum over j is the rms of the first-order ‖sin Θ‖_F, which
+    bounds the largest angle's sine; the largest angle must lie within 3 times it. That bound is
+    below 0.25 rad, and a random 3-dim subspace (or the eigenvectors of the smallest
+    eigenvalues) lies far outside it."""
+    norms, batch, length, dim, sigma = [1.0, 2.5, 5.0], 4000, 40, 8, 0.1
+    q, w, _, xs, ys = unequal_norm_prompts(norms, batch, length, dim, sigma, seed=0)
+    a, b = half_moments(xs, ys)
+    z = (a[:, :, None] * b[:, None, :] + b[:, :, None] * a[:, None, :]) / 2                   # (B, d, d)
+    perp = torch.eye(dim, dtype=torch.float64) - q @ q.T
+    lam = torch.tensor(norms, dtype=torch.float64) ** 2 / len(norms)
+    first_order = torch.einsum("de,bef,fj->bjd", perp, z, q) / lam[None, :, None]           # (B, m, d)
+    bound = 3 * (first_order.var(0).sum().item() / batch) ** 0.5
+    assert bound < 0.25
+    basis = estimate_subspace(xs, ys, 3)
+    assert subspace_angles(basis.numpy(), w.T.numpy()).max() < bound
+    rand = torch.linalg.qr(torch.randn(dim, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64))[0]
+    assert subspace_angles(rand.numpy(), w.T.numpy()).max() > 2 * bound
+
+
+def test_em_refinement_recovers_components_of_unequal_norms():
+    """Norms 0.5, 2, 5 (σ = 0.1, d = 8, 1,500 prompts of 20): `em_iters` refines the cluster
+    refit to the fixed point EM reaches from the true components, and so to least squares on
+    the true clusters: ‖ŵ_j − w_j‖² ≈ σ² d / N_j (N_j examples of component j, a χ²_d scale), so
+    every error lies within 4 σ √(d / min_j N_j)."""
+    norms, batch, length, dim, sigma = [0.5, 2.0, 5.0], 1500, 20, 8, 0.1
+    _, w, comp, xs, ys = unequal_norm_prompts(norms, batch, length, dim, sigma, seed=0)
+    refined = subspace_components(xs, ys, 3, noise_std=sigma, seed=0, em_iters=5)
+    from_truth = batch_em(xs, ys, 3, sigma, iters=5, init=w)
+    cost = torch.cdist(w, refined).numpy()
+    rows, cols = linear_sum_assignment(cost)
+    examples = torch.bincount(comp, minlength=3).min().item() * length
+    assert cost[rows, cols].max() < 4 * sigma * (dim / examples) ** 0.5
+    torch.testing.assert_close(refined[cols], from_truth[rows], rtol=0, atol=1e-9)
 
 
 def test_cluster_refit_is_least_squares_on_the_stacked_cluster_prompts():

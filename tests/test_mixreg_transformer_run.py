@@ -1,0 +1,145 @@
+"""mixreg_transformer's run wiring: EM is fitted on exactly the prompts the transformer is
+trained on (`training_prompts`, streamed and fixed-set, and the cap at what training saw), `run`
+starts EM from its own stream of the run seed, and the covariate shift scores the transformer on
+the scaled prompts."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import methods.mixreg_transformer as mxt
+from methods.mixreg_transformer import posterior_mean_predictions, stages
+
+SMOKE = ["experiment=mixreg_transformer_smoke"]      # d = 4, m = 3, k = 8, batch 16, 4 steps
+
+
+def fake_ctx(seed, tmp_path=None, rank=0, world_size=1):
+    """What `training_prompts` and `run` read from a RunContext."""
+    hw = SimpleNamespace(rank=rank, world_size=world_size, is_main=rank == 0, device=torch.device("cpu"))
+    return SimpleNamespace(seed=seed, hw=hw, device=hw.device, run_dir=tmp_path, resume=False)
+
+
+def trained_on(batch_fn, steps):
+    """(xs, ys) of every prompt batch_fn hands the trainer over `steps` steps, in order."""
+    batches = [batch_fn(step) for step in range(steps)]
+    return torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+
+
+def as_set(xs):
+    return {tuple(row) for row in xs.flatten(1).tolist()}
+
+
+# --- 4.1 training_prompts ------------------------------------------------------------------------
+@pytest.mark.parametrize("em_prompts, expect", [(40, 40),        # not a multiple of the batch
+                                                (1000, 64)])     # capped at 4 steps x 16 prompts
+def test_em_prompts_are_the_first_streamed_prompts_the_transformer_saw(compose_cfg, em_prompts, expect):
+    cfg = compose_cfg(SMOKE + [f"method.em_prompts={em_prompts}", "seed=3"])
+    mixture = mxt.MixtureOfRegressions(4, 3, 0.5, seed=3)
+    batch_fn, (em_xs, em_ys) = mxt.training_prompts(cfg, fake_ctx(3), mixture)
+    xs, ys = trained_on(batch_fn, int(cfg.trainer.max_steps))
+    assert xs.shape == (64, 8, 4) and len(as_set(xs)) == 64      # fresh prompts every step
+    assert em_xs.shape == (expect, 8, 4)
+    assert torch.equal(em_xs, xs[:expect]) and torch.equal(em_ys, ys[:expect])
+
+
+def test_em_prompts_are_all_ranks_prompts_together(compose_cfg):
+    """Two ranks: each trains on its shard; EM (the same on every rank) sees both shards' prompts."""
+    cfg = compose_cfg(SMOKE + ["method.em_prompts=1000", "seed=3"])
+    mixture = mxt.MixtureOfRegressions(4, 3, 0.5, seed=3)
+    seen, em = set(), []
+    for rank in range(2):
+        batch_fn, (em_xs, _) = mxt.training_prompts(cfg, fake_ctx(3, rank=rank, world_size=2), mixture)
+        xs, _ = trained_on(batch_fn, 4)
+        assert xs.shape == (32, 8, 4)
+        seen |= as_set(xs)
+        em.append(em_xs)
+    assert torch.equal(em[0], em[1]) and as_set(em[0]) == seen and len(seen) == 64
+
+
+def test_fixed_set_em_prompts_are_the_fixed_set_the_transformer_cycles(compose_cfg):
+    """dataset.train_prompts = 48: 4 steps of 16 cycle the 48 prompts (3 steps an epoch, then a
+    reshuffle); EM sees the first 32 of them, or all 48 when em_prompts asks for more."""
+    mixture = mxt.MixtureOfRegressions(4, 3, 0.5, seed=3)
+    streamed = trained_on(stages.fresh_prompt_batches(mixture, 16, 8, seed=3), 3)   # the first 48 prompts drawn
+    for em_prompts, expect in [(32, 32), (1000, 48)]:
+        cfg = compose_cfg(SMOKE + ["dataset.train_prompts=48", f"method.em_prompts={em_prompts}", "seed=3"])
+        batch_fn, (em_xs, em_ys) = mxt.training_prompts(cfg, fake_ctx(3), mixture)
+        xs, ys = trained_on(batch_fn, int(cfg.trainer.max_steps))
+        assert xs.shape == (64, 8, 4)
+        fixed = as_set(streamed[0])
+        assert as_set(xs) == fixed                      # the transformer sees the fixed set, all of it, nothing else
+        assert as_set(xs[:48]) == fixed                 # ... within the first epoch
+        assert torch.equal(em_xs, streamed[0][:expect]) and torch.equal(em_ys, streamed[1][:expect])
+        assert as_set(em_xs) <= as_set(xs)
+        # prompt for prompt: each EM prompt has the same y as the trained copy of it
+        trained = {tuple(x.flatten().tolist()): y for x, y in zip(xs, ys)}
+        assert all(torch.equal(trained[tuple(x.flatten().tolist())], y) for x, y in zip(em_xs, em_ys))
+
+
+# --- 4.3 and 4.1 through run(cfg, ctx) --------------------------------------------------------------
+class Stop(Exception):
+    pass
+
+
+def test_run_fits_em_from_its_own_stream_on_the_trained_prompts(compose_cfg, monkeypatch, tmp_path):
+    """run(cfg, ctx) with seed 3: EM's start seed is stream_seed(3, EM_STREAM), not the run seed
+    (which draws the mixture: EM would start at the true components), and EM's data are the first
+    `em_prompts` prompts of the batch function handed to the trainer."""
+    cfg = compose_cfg(SMOKE + ["method.em_prompts=40", "seed=3"])
+    calls, real_em = [], mxt.batch_em
+
+    def recording_em(xs, ys, num_components, noise_std, iters=50, init=None, seed=0):
+        calls.append(dict(xs=xs, ys=ys, seed=seed, init=init, iters=iters))
+        return real_em(xs, ys, num_components, noise_std, iters=iters, init=init, seed=seed)
+
+    def no_training(ctx, model, batch_fn, evaluate, **kwargs):
+        calls.append(dict(batch_fn=batch_fn))
+        raise Stop
+
+    monkeypatch.setattr(mxt, "batch_em", recording_em)
+    monkeypatch.setattr(mxt.tasks, "fit_and_evaluate", no_training)
+    with pytest.raises(Stop):
+        mxt.run(cfg, fake_ctx(3, tmp_path))
+    em_call, train_call = calls
+    assert em_call["init"] is None and em_call["iters"] == 5
+    assert em_call["seed"] == stages.stream_seed(3, stages.EM_STREAM) != 3
+    xs, ys = trained_on(train_call["batch_fn"], 4)
+    assert torch.equal(em_call["xs"], xs[:40]) and torch.equal(em_call["ys"], ys[:40])
+
+
+# --- 4.6 the covariate shift scores the transformer on the scaled prompts -----------------------------
+class PosteriorMeanModel(torch.nn.Module):
+    """A stand-in transformer: the posterior mean under the true components, a prediction that
+    depends on the x scale (so a transformer scored on the unscaled prompts shows)."""
+
+    def __init__(self, components, noise_std):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(()))       # transformer_predictions asks for a device
+        self.components, self.noise_std = components, noise_std
+
+    def forward(self, xs, ys):
+        return posterior_mean_predictions(xs, ys, self.components, self.noise_std)
+
+
+def test_shift_scores_the_transformer_on_the_scaled_prompts(compose_cfg, monkeypatch, tmp_path):
+    """run with eval.x_scales=[1, 2] and a transformer that predicts like the posterior mean:
+    its nmse_x2 is the posterior mean's nmse_x2 and the error of its predictions on (2x, y')
+    computed here; its nmse_x1 is its plain nmse."""
+    cfg = compose_cfg(SMOKE + ["eval.x_scales=[1,2]", "seed=3"])
+    mixture = mxt.MixtureOfRegressions(4, 3, 0.5, seed=3)
+    model = PosteriorMeanModel(mixture.components, 0.5)
+    monkeypatch.setattr(mxt.tasks, "fit_and_evaluate", lambda ctx, m, batch_fn, evaluate, **kw: evaluate(model))
+    monkeypatch.setattr(mxt, "nmse_vs_position", lambda *args, **kwargs: None)        # no plot: seconds
+    monkeypatch.setattr(mxt, "batch_em", lambda xs, ys, m, sigma, **kw: mixture.components + 0.3)  # any estimate
+    metrics = mxt.run(cfg, fake_ctx(3, tmp_path))
+
+    xs, ys, comp = stages.test_prompts(mixture, 64, 8, seed=3)
+    sx, sy = 2 * xs, ys + torch.einsum("bkd,bd->bk", xs, mixture.components[comp])   # ⟨w_j, 2x⟩ + σε
+    by_hand = ((model(sx, sy).double() - sy.double()) ** 2)[:, 1:].mean().item() / 4
+    plain = ((model(xs, ys).double() - ys.double()) ** 2)[:, 1:].mean().item() / 4
+    assert metrics["transformer/nmse_x2"] == pytest.approx(by_hand, rel=1e-6)
+    assert metrics["transformer/nmse_x2"] == metrics["posterior_mean/nmse_x2"]
+    assert metrics["transformer/nmse"] == pytest.approx(plain, rel=1e-6)
+    assert metrics["transformer/nmse_x1"] == metrics["transformer/nmse"]
+    assert abs(by_hand - plain) > 0.1 * plain           # scoring the unscaled prompts would show
+    assert metrics["em/nmse_x2"] != metrics["posterior_mean/nmse_x2"]
