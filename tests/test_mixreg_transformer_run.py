@@ -76,6 +76,15 @@ def test_fixed_set_em_prompts_are_the_fixed_set_the_transformer_cycles(compose_c
         assert all(torch.equal(trained[tuple(x.flatten().tolist())], y) for x, y in zip(em_xs, em_ys))
 
 
+def test_a_fixed_set_larger_than_training_sees_is_refused(compose_cfg):
+    """4 steps x 16 = 64 prompts cannot cover a fixed set of 65: EM would be fitted on prompts the
+    transformer never saw."""
+    from common.config import UserError
+    cfg = compose_cfg(SMOKE + ["dataset.train_prompts=65", "seed=3"])
+    with pytest.raises(UserError, match="train_prompts = 65"):
+        mxt.training_prompts(cfg, fake_ctx(3), mxt.MixtureOfRegressions(4, 3, 0.5, seed=3))
+
+
 # --- 4.3 and 4.1 through run(cfg, ctx) --------------------------------------------------------------
 class Stop(Exception):
     pass

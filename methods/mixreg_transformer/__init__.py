@@ -6,6 +6,7 @@ import json
 from hydra.utils import instantiate
 
 from common import tasks
+from common.config import UserError
 from methods.mixreg_transformer import stages
 from methods.mixreg_transformer.em import batch_em, em_step
 from methods.mixreg_transformer.loss import normalized_sq_error, prompt_loss
@@ -25,8 +26,11 @@ def build(cfg) -> MixRegTransformer:
 
 def training_prompts(cfg, ctx, mixture: MixtureOfRegressions):
     """(batch_fn(step) on this rank's device, (xs, ys) of the prompts EM is fitted on). Fresh
-    prompts every step, or with `dataset.train_prompts` a fixed set drawn once (sample efficiency);
-    EM sees the first `method.em_prompts` prompts the transformer saw, in the order it saw them."""
+    prompts every step, or with `dataset.train_prompts` a fixed set drawn once (sample efficiency).
+    EM is fitted on prompts the transformer saw: the first `method.em_prompts` of the stream in the
+    order the transformer saw them (at least one batch, also at max_steps = 0), or the first
+    `method.em_prompts` of the fixed set in the order they were drawn (the transformer sees the set
+    reshuffled every epoch, so all of it only if it trains at least one epoch: checked)."""
     batch, length = int(cfg.trainer.batch_size), int(cfg.dataset.prompt_length)
     fresh = stages.fresh_prompt_batches(mixture, batch, length, ctx.seed)
     if cfg.dataset.train_prompts is None:
@@ -34,6 +38,10 @@ def training_prompts(cfg, ctx, mixture: MixtureOfRegressions):
         seen = max(int(cfg.trainer.max_steps), 1) * batch       # never more than the transformer saw
         em_data = stages.seen_prompts(fresh, min(int(cfg.method.em_prompts), seen))
     else:
+        if int(cfg.trainer.max_steps) * batch < int(cfg.dataset.train_prompts):
+            raise UserError(f"dataset.train_prompts = {cfg.dataset.train_prompts} is more than the transformer sees "
+                             f"in trainer.max_steps x batch_size = {int(cfg.trainer.max_steps) * batch} prompts; "
+                             "EM must be fitted on prompts the transformer saw: train at least one epoch of the set")
         fixed_xs, fixed_ys = stages.seen_prompts(fresh, int(cfg.dataset.train_prompts))
         prompts = stages.fixed_prompt_batches(fixed_xs, fixed_ys, batch, ctx.seed,
                                               ctx.hw.rank, ctx.hw.world_size)
