@@ -11,7 +11,9 @@ from torch import nn
 from methods.rfm import (EigenfunctionDensity, FlatTorus, FlowMatching, Mesh, SimulatedPaths, Sphere, VMFMixture, VectorField,
                          bumpy_sphere, conditional_path, divergence, icosphere, log_likelihood, premetric_field,
                          premetric_path, projected_euclidean_loss, split_points)
+from methods.rfm.loss import rfm_loss
 from methods.rfm.mesh import closest_point, eigenpairs
+from methods.rfm.model import TimeDependentSwish, TimeLinear
 from methods.rfm.path import stratified_times
 
 MANIFOLDS = [Sphere(), FlatTorus(2), FlatTorus(5)]
@@ -69,7 +71,7 @@ def test_projected_euclidean_target_written_out():
     x_hat = chord / chord.norm(dim=-1, keepdim=True)
     u_hat = (x1 - x0) - ((x1 - x0) * x_hat).sum(-1, keepdim=True) * x_hat
     torch.testing.assert_close(field.x, x_hat)
-    torch.testing.assert_close(loss, u_hat.pow(2).sum(-1).mean() / 2)                # the recorder outputs 0
+    torch.testing.assert_close(loss, u_hat.pow(2).sum(-1).mean() / 3)                # the recorder outputs 0
     torus = FlatTorus(2)                                                              # flat: the raw straight line
     y0, y1 = points(torus, 16), points(torus, 16, seed=1)
     assert projected_euclidean_loss(_Recorder(), torus, y0, y1, t).item() == pytest.approx(
@@ -149,6 +151,75 @@ def test_vector_field_dtypes_are_explicit_and_its_output_tangent():
         VectorField(Sphere(), 0, 2)
     with pytest.raises(ValueError, match="variant must be one of"):
         FlowMatching(field, Sphere(), variant="straight")
+
+
+def _softplus(z: float) -> float:
+    return math.log1p(math.exp(z))
+
+
+def test_time_dependent_swish_is_the_official_expression():
+    """Official TimeDependentSwish (diffeq_layers/basic.py:487-500), unit by unit:
+    β_j(t) = softplus(Σ_k W2[j, k] softplus(W1[k] t + b1[k]) + b2[j]), out_j = x_j σ(β_j(t) x_j),
+    the hidden width min(64, 4 dim)."""
+    torch.manual_seed(0)
+    assert TimeDependentSwish(256, torch.float32).beta[0].out_features == 64
+    act = TimeDependentSwish(5, torch.float64)
+    lin1, lin2 = act.beta[0], act.beta[2]
+    assert (lin1.in_features, lin1.out_features, lin2.out_features) == (1, 20, 5)
+    x = torch.randn(4, 5, dtype=torch.float64)
+    t = torch.tensor([0.0, 0.3, 0.7, 1.0], dtype=torch.float64)
+    got = act(x, t.reshape(-1, 1))
+    W1, b1, W2, b2 = (p.detach().tolist() for p in (lin1.weight, lin1.bias, lin2.weight, lin2.bias))
+    for n in range(4):
+        h = [_softplus(W1[k][0] * t[n].item() + b1[k]) for k in range(20)]
+        for j in range(5):
+            beta = _softplus(sum(W2[j][k] * h[k] for k in range(20)) + b2[j])
+            xj = x[n, j].item()
+            assert got[n, j].item() == pytest.approx(xj / (1 + math.exp(-beta * xj)), rel=1e-12, abs=1e-15)
+
+
+def test_time_weights_start_at_zero_so_time_enters_the_initial_field_only_through_beta():
+    """ConcatLinear_v2 (diffeq_layers/basic.py:64-72): the w of w · t starts at 0, no bias of its own.
+    Every layer's output is then the same at two t; the initial field's only t-dependence is the
+    swish's β(t), so with β made constant in t the whole field is the same at t = 0.1 and 0.9."""
+    torch.manual_seed(0)
+    field = VectorField(Sphere(), 16, 3).double()
+    x = points(Sphere(), 6)
+    t0, t1 = torch.full((6,), 0.1, dtype=torch.float64), torch.full((6,), 0.9, dtype=torch.float64)
+    for layer in [*field.hidden, field.out]:
+        assert isinstance(layer, TimeLinear) and layer.time.bias is None
+        assert (layer.time.weight == 0).all()
+        h = torch.randn(6, layer.linear.in_features, dtype=torch.float64)
+        torch.testing.assert_close(layer(h, t0[:, None]), layer(h, t1[:, None]), atol=0, rtol=0)
+    assert not torch.allclose(field(t0, x), field(t1, x))             # β(t) depends on t
+    with torch.no_grad():
+        for act in field.acts:
+            act.beta[0].weight.zero_()                                # β constant in t
+    torch.testing.assert_close(field(t0, x), field(t1, x), atol=0, rtol=0)
+
+
+class _Affine(nn.Module):
+    """A fixed field depending on t and x: v = x · a + t · c (not tangent; the loss does not care)."""
+
+    def forward(self, t, x):
+        return 0.3 * x + t.reshape(-1, 1) * torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+
+
+@pytest.mark.parametrize("manifold, ambient", [(Sphere(), 3), (FlatTorus(2), 2), (FlatTorus(5), 5)],
+                         ids=["sphere", "torus2", "torus5"])
+def test_rfm_loss_is_the_official_reduction(manifold, ambient):
+    """Official rfm_loss_fn (model_pl.py:614-615): manifold.inner(x_t, diff, diff) is the per-point sum
+    of squares (metric_normalize False), .mean() over the batch, / self.dim = the ambient dimension
+    (EarthData.dim = 3, Top500.dim = 2). Written out as loops over points and coordinates."""
+    x0, x1 = points(manifold, 7), points(manifold, 7, seed=1)
+    t = torch.linspace(0.1, 0.9, 7, dtype=torch.float64)
+    loss = rfm_loss(_Affine(), manifold, x0, x1, t)
+    x_t, u_t = conditional_path(manifold, x0, x1, t)
+    v = _Affine()(t, x_t)
+    total = 0.0
+    for n in range(7):
+        total += sum((v[n, j].item() - u_t[n, j].item()) ** 2 for j in range(ambient))
+    assert loss.item() == pytest.approx(total / 7 / ambient, rel=1e-12)
 
 
 def test_vmf_mixture_fits_a_concentrated_cluster():
@@ -334,8 +405,8 @@ class FaceProjected(VectorField):
     def forward(self, t, x):
         t = t.reshape(-1, 1).expand(x.shape[0], 1)
         h = x
-        for layer in self.hidden:
-            h = torch.nn.functional.silu(layer(h, t))
+        for layer, act in zip(self.hidden, self.acts):
+            h = act(layer(h, t), t)
         return self.manifold.proju(x, self.out(h, t))
 
 
@@ -387,7 +458,7 @@ def test_mesh_training_step_regresses_onto_the_simulated_targets(bumpy):
     x_t = bumpy.random_uniform(5)
     u_t, t = bumpy.proju(x_t, torch.randn(5, 3, dtype=torch.float64)), torch.rand(5, dtype=torch.float64)
     loss, _ = model.training_step((x_t, u_t, t))
-    expected = (model.field(t, x_t) - u_t).pow(2).sum(-1).mean() / 2
+    expected = (model.field(t, x_t) - u_t).pow(2).sum(-1).mean() / 3             # ambient R³
     torch.testing.assert_close(loss, expected)
     loss.backward()
     assert all(p.grad is not None for p in model.field.parameters())

@@ -7,9 +7,12 @@ from methods.rfm.path import conditional_path
 
 
 def rfm_loss_on_path(field, manifold, x_t: torch.Tensor, u_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """E ‖v_θ(t, x_t) − u_t‖²_g / dim over points (x_t (N, ambient), u_t (N, ambient), t (N,)) of
-    conditional paths (RFM eq. 5; the metric is the ambient one on the sphere, torus and mesh)."""
-    return (field(t, x_t) - u_t).pow(2).sum(-1).mean() / manifold.dim
+    """E ‖v_θ(t, x_t) − u_t‖²_g / D over points (x_t (N, ambient), u_t (N, ambient), t (N,)) of
+    conditional paths (RFM eq. 5; the metric is the ambient one on the sphere, torus and mesh). As the
+    official rfm_loss_fn (manifm/model_pl.py:614-615, `manifold.inner(x_t, diff, diff).mean() /
+    self.dim`): the per-point sum of squares, the mean over the batch, divided by the data's ambient
+    dimension D (3 on S² and meshes, D on T^D), not the intrinsic one."""
+    return (field(t, x_t) - u_t).pow(2).sum(-1).mean() / manifold.ambient_dim
 
 
 def rfm_loss(field, manifold, x0: torch.Tensor, x1: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

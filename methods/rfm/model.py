@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from methods.rfm.loss import projected_euclidean_loss, rfm_loss, rfm_loss_on_path
@@ -11,22 +10,42 @@ VARIANTS = ("riemannian", "euclidean")
 
 
 class TimeLinear(nn.Module):
-    """W x + b + w · t: every layer sees time (the official ConcatLinear_v2)."""
+    """W x + b + w · t: every layer sees time (the official ConcatLinear_v2,
+    diffeq_layers/basic.py:64-72): W, b PyTorch's default, w starts at 0 and has no bias of its own,
+    so at initialisation no layer's output depends on t (the field's only t-dependence then is the
+    swish's β(t))."""
 
     def __init__(self, in_dim: int, out_dim: int, dtype: torch.dtype):
         super().__init__()
         self.linear = nn.Linear(in_dim, out_dim, dtype=dtype)
         self.time = nn.Linear(1, out_dim, bias=False, dtype=dtype)
+        nn.init.zeros_(self.time.weight)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return self.linear(x) + self.time(t)
 
 
+class TimeDependentSwish(nn.Module):
+    """x · σ(β(t) · x) with a per-unit β(t) = softplus(W₂ softplus(W₁ t + b₁) + b₂), W₁: 1 → min(64,
+    4 dim), W₂: → dim, PyTorch's default init (the official TimeDependentSwish,
+    diffeq_layers/basic.py:487-500)."""
+
+    def __init__(self, dim: int, dtype: torch.dtype):
+        super().__init__()
+        width = min(64, 4 * dim)
+        self.beta = nn.Sequential(nn.Linear(1, width, dtype=dtype), nn.Softplus(),
+                                  nn.Linear(width, dim, dtype=dtype), nn.Softplus())
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x * self.beta(t.reshape(-1, 1)))
+
+
 class VectorField(nn.Module):
     """v_θ(t, x) = the tangent part at x of MLP(features(x), t) (the projection; on a mesh see
-    Mesh.to_tangent): `layers` hidden layers of width `hidden` with swish and a linear output in
-    the ambient space (official tMLP: num_layers = layers + 1). The MLP computes in `dtype`
-    (float32, as the official code trains; `.double()` for likelihoods), the geometry in x's dtype."""
+    Mesh.to_tangent): `layers` hidden layers of width `hidden`, each followed by a time-dependent
+    swish, and a linear output in the ambient space (official tMLP, manifm/model/arch.py:20-39:
+    num_layers = layers + 1). The MLP computes in `dtype` (float32, as the official code trains;
+    `.double()` for likelihoods), the geometry in x's dtype."""
 
     def __init__(self, manifold, hidden: int = 512, layers: int = 7, dtype: torch.dtype = torch.float32):
         super().__init__()
@@ -34,7 +53,10 @@ class VectorField(nn.Module):
             raise ValueError(f"VectorField needs hidden >= 1 and layers >= 1, got hidden={hidden}, layers={layers}")
         self.manifold = manifold
         dims = [manifold.feature_dim] + [hidden] * layers
-        self.hidden = nn.ModuleList(TimeLinear(a, b, dtype) for a, b in zip(dims[:-1], dims[1:]))
+        self.hidden, self.acts = nn.ModuleList(), nn.ModuleList()
+        for a, b in zip(dims[:-1], dims[1:]):      # built in the official order: linear, swish, ...
+            self.hidden.append(TimeLinear(a, b, dtype))
+            self.acts.append(TimeDependentSwish(b, dtype))
         self.out = TimeLinear(hidden, manifold.ambient_dim, dtype)
 
     def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -42,8 +64,8 @@ class VectorField(nn.Module):
         dtype = self.out.linear.weight.dtype
         t = t.reshape(-1, 1).to(dtype).expand(x.shape[0], 1)
         h = self.manifold.features(x).to(dtype)
-        for layer in self.hidden:
-            h = F.silu(layer(h, t))
+        for layer, act in zip(self.hidden, self.acts):
+            h = act(layer(h, t), t)
         return self.manifold.to_tangent(x, self.out(h, t).to(x.dtype))
 
 
