@@ -64,8 +64,10 @@ def compare_with_golden(experiment: str, found: dict) -> None:
         f"{method}: the smoke run's first losses changed (numbers moved in {method} or in common/ code it "
         f"imports): {found['losses']} vs golden {golden['losses']}")
     assert set(found["metrics"]) == set(golden["metrics"]), f"{method}: metric names changed"
+    def atol(metric):   # a number for every metric, or {metric: atol} (e.g. one test image of an accuracy)
+        return tol["metric_atol"].get(metric, 1e-4) if isinstance(tol["metric_atol"], dict) else tol["metric_atol"]
     changed = {k: (v, golden["metrics"][k]) for k, v in found["metrics"].items()
-               if v != pytest.approx(golden["metrics"][k], rel=tol["metric_rtol"], abs=tol["metric_atol"])}
+               if v != pytest.approx(golden["metrics"][k], rel=tol["metric_rtol"], abs=atol(k))}
     assert not changed, f"{method}: final smoke metrics changed (found, golden): {changed}"
 
 
