@@ -56,33 +56,49 @@ def test_em_prompts_are_all_ranks_prompts_together(compose_cfg):
     assert torch.equal(em[0], em[1]) and as_set(em[0]) == seen and len(seen) == 64
 
 
-def test_fixed_set_em_prompts_are_the_fixed_set_the_transformer_cycles(compose_cfg):
-    """dataset.train_prompts = 48: 4 steps of 16 cycle the 48 prompts (3 steps an epoch, then a
-    reshuffle); EM sees the first 32 of them, or all 48 when em_prompts asks for more."""
+def first_appearances(xs, ys, limit):
+    """The first `limit` distinct prompts of a training sequence, in the order first seen (a loop)."""
+    keep, seen = [], set()
+    for i, x in enumerate(xs):
+        key = tuple(x.flatten().tolist())
+        if key not in seen and len(keep) < limit:
+            seen.add(key)
+            keep.append(i)
+    return xs[keep], ys[keep]
+
+
+@pytest.mark.parametrize("n, em_prompts, expect", [(48, 32, 32),      # 3 steps an epoch: all 48 seen
+                                                   (48, 1000, 48),
+                                                   (50, 1000, None)])  # 3 steps of 16 an epoch drop 2 of 50
+def test_fixed_set_em_prompts_are_the_distinct_prompts_the_transformer_saw(compose_cfg, n, em_prompts, expect):
+    """dataset.train_prompts = n, 4 steps of 16: EM gets the first em_prompts distinct prompts of
+    the sequence the transformer trained on, in the order first seen, each with the y it trained
+    on; with n = 50 the sampler's dropped partial batch means some prompts are never trained on,
+    and EM must not see them."""
     mixture = mxt.MixtureOfRegressions(4, 3, 0.5, seed=3)
-    streamed = trained_on(stages.fresh_prompt_batches(mixture, 16, 8, seed=3), 3)   # the first 48 prompts drawn
-    for em_prompts, expect in [(32, 32), (1000, 48)]:
-        cfg = compose_cfg(SMOKE + ["dataset.train_prompts=48", f"method.em_prompts={em_prompts}", "seed=3"])
-        batch_fn, (em_xs, em_ys) = mxt.training_prompts(cfg, fake_ctx(3), mixture)
-        xs, ys = trained_on(batch_fn, int(cfg.trainer.max_steps))
-        assert xs.shape == (64, 8, 4)
-        fixed = as_set(streamed[0])
-        assert as_set(xs) == fixed                      # the transformer sees the fixed set, all of it, nothing else
-        assert as_set(xs[:48]) == fixed                 # ... within the first epoch
-        assert torch.equal(em_xs, streamed[0][:expect]) and torch.equal(em_ys, streamed[1][:expect])
-        assert as_set(em_xs) <= as_set(xs)
-        # prompt for prompt: each EM prompt has the same y as the trained copy of it
-        trained = {tuple(x.flatten().tolist()): y for x, y in zip(xs, ys)}
-        assert all(torch.equal(trained[tuple(x.flatten().tolist())], y) for x, y in zip(em_xs, em_ys))
+    cfg = compose_cfg(SMOKE + [f"dataset.train_prompts={n}", f"method.em_prompts={em_prompts}", "seed=3"])
+    batch_fn, (em_xs, em_ys) = mxt.training_prompts(cfg, fake_ctx(3), mixture)
+    xs, ys = trained_on(batch_fn, int(cfg.trainer.max_steps))
+    fixed = as_set(trained_on(stages.fresh_prompt_batches(mixture, 16, 8, seed=3), 4)[0][:n])
+    assert as_set(xs) <= fixed                                   # the transformer sees only the fixed set
+    want_xs, want_ys = first_appearances(xs, ys, em_prompts)
+    assert torch.equal(em_xs, want_xs) and torch.equal(em_ys, want_ys)
+    if expect is not None:
+        assert len(em_xs) == expect
+    else:
+        assert len(as_set(xs)) < n and len(em_xs) == len(as_set(xs))   # unseen prompts stay out of EM
 
 
-def test_a_fixed_set_larger_than_training_sees_is_refused(compose_cfg):
-    """4 steps x 16 = 64 prompts cannot cover a fixed set of 65: EM would be fitted on prompts the
-    transformer never saw."""
-    from common.config import UserError
-    cfg = compose_cfg(SMOKE + ["dataset.train_prompts=65", "seed=3"])
-    with pytest.raises(UserError, match="train_prompts = 65"):
-        mxt.training_prompts(cfg, fake_ctx(3), mxt.MixtureOfRegressions(4, 3, 0.5, seed=3))
+def test_fixed_set_em_prompts_cover_every_ranks_shard(compose_cfg):
+    """Two ranks: EM (the same on both) is the distinct prompts of both shards together."""
+    cfg = compose_cfg(SMOKE + ["dataset.train_prompts=48", "method.em_prompts=1000", "seed=3"])
+    mixture = mxt.MixtureOfRegressions(4, 3, 0.5, seed=3)
+    seen, em = set(), []
+    for rank in range(2):
+        batch_fn, (em_xs, _) = mxt.training_prompts(cfg, fake_ctx(3, rank=rank, world_size=2), mixture)
+        seen |= as_set(trained_on(batch_fn, 4)[0])
+        em.append(em_xs)
+    assert torch.equal(em[0], em[1]) and as_set(em[0]) == seen
 
 
 # --- 4.3 and 4.1 through run(cfg, ctx) --------------------------------------------------------------

@@ -6,7 +6,7 @@ import json
 from hydra.utils import instantiate
 
 from common import tasks
-from common.config import UserError
+from common.data.sampler import StepSampler
 from methods.mixreg_transformer import stages
 from methods.mixreg_transformer.em import batch_em, em_step
 from methods.mixreg_transformer.loss import normalized_sq_error, prompt_loss
@@ -27,10 +27,8 @@ def build(cfg) -> MixRegTransformer:
 def training_prompts(cfg, ctx, mixture: MixtureOfRegressions):
     """(batch_fn(step) on this rank's device, (xs, ys) of the prompts EM is fitted on). Fresh
     prompts every step, or with `dataset.train_prompts` a fixed set drawn once (sample efficiency).
-    EM is fitted on prompts the transformer saw: the first `method.em_prompts` of the stream in the
-    order the transformer saw them (at least one batch, also at max_steps = 0), or the first
-    `method.em_prompts` of the fixed set in the order they were drawn (the transformer sees the set
-    reshuffled every epoch, so all of it only if it trains at least one epoch: checked)."""
+    EM is fitted on the first `method.em_prompts` distinct prompts the transformer saw over its
+    `max_steps` (at least one step), in the order it first saw them, over all ranks' shards."""
     batch, length = int(cfg.trainer.batch_size), int(cfg.dataset.prompt_length)
     fresh = stages.fresh_prompt_batches(mixture, batch, length, ctx.seed)
     if cfg.dataset.train_prompts is None:
@@ -38,14 +36,12 @@ def training_prompts(cfg, ctx, mixture: MixtureOfRegressions):
         seen = max(int(cfg.trainer.max_steps), 1) * batch       # never more than the transformer saw
         em_data = stages.seen_prompts(fresh, min(int(cfg.method.em_prompts), seen))
     else:
-        if int(cfg.trainer.max_steps) * batch < int(cfg.dataset.train_prompts):
-            raise UserError(f"dataset.train_prompts = {cfg.dataset.train_prompts} is more than the transformer sees "
-                             f"in trainer.max_steps x batch_size = {int(cfg.trainer.max_steps) * batch} prompts; "
-                             "EM must be fitted on prompts the transformer saw: train at least one epoch of the set")
-        fixed_xs, fixed_ys = stages.seen_prompts(fresh, int(cfg.dataset.train_prompts))
-        prompts = stages.fixed_prompt_batches(fixed_xs, fixed_ys, batch, ctx.seed,
-                                              ctx.hw.rank, ctx.hw.world_size)
-        em_data = fixed_xs[:int(cfg.method.em_prompts)], fixed_ys[:int(cfg.method.em_prompts)]
+        n = int(cfg.dataset.train_prompts)
+        fixed_xs, fixed_ys = stages.seen_prompts(fresh, n)
+        prompts = stages.fixed_prompt_batches(fixed_xs, fixed_ys, batch, ctx.seed, ctx.hw.rank, ctx.hw.world_size)
+        trained = stages.first_seen(StepSampler(n, batch, ctx.seed), max(int(cfg.trainer.max_steps), 1),
+                                    int(cfg.method.em_prompts))    # the global batch's sampler: every rank's shard
+        em_data = fixed_xs[trained], fixed_ys[trained]
 
     def batch_fn(step: int):
         xs, ys = prompts(step)
@@ -65,11 +61,11 @@ def run(cfg, ctx) -> dict[str, float]:
     em_components = batch_em(em_xs, em_ys, mixture.num_components, mixture.noise_std,
                              iters=int(cfg.method.em_iters), seed=stages.stream_seed(ctx.seed, stages.EM_STREAM))
     fitted = {"em_components": em_components}
-    if cfg.method.get("subspace", False):   # the same prompts as EM
+    if cfg.method.subspace:   # the same prompts as EM
         fitted["subspace_components"] = subspace_components(
             em_xs, em_ys, mixture.num_components, mixture.noise_std,
             seed=stages.stream_seed(ctx.seed, stages.SUBSPACE_STREAM), em_iters=int(cfg.method.subspace_em_iters))
-    x_scales = [float(s) for s in (cfg.eval.get("x_scales") or [])]
+    x_scales = [float(s) for s in cfg.eval.x_scales]
     xs, ys, component = stages.test_prompts(mixture, int(data.eval_prompts), int(data.prompt_length), ctx.seed,
                                             split=data.eval_split)
 

@@ -52,6 +52,23 @@ def fixed_prompt_batches(xs: torch.Tensor, ys: torch.Tensor, batch: int, seed: i
     return batch_fn
 
 
+def first_seen(sampler: StepSampler, steps: int, limit: int) -> torch.Tensor:
+    """Indices of the first `limit` distinct items `sampler` yields over steps 0..steps-1, in the
+    order first yielded (the sampler drops each epoch's last partial batch, so one epoch of steps
+    need not cover the set)."""
+    order, seen = [], set()
+    for step in range(steps):
+        for i in sampler(step).tolist():
+            if i not in seen:
+                seen.add(i)
+                order.append(i)
+                if len(order) == limit:
+                    return torch.tensor(order)
+        if len(seen) == sampler.n:
+            break
+    return torch.tensor(order, dtype=torch.long)
+
+
 def seen_prompts(batch_fn: Callable[[int], tuple], num_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first `num_prompts` training prompts, in the order the model saw them (EM's data)."""
     xs, ys, step, count = [], [], 0, 0
@@ -125,7 +142,7 @@ def shifted_metrics(xs: torch.Tensor, ys: torch.Tensor, component: torch.Tensor,
     for scale in scales:
         sx, sy = scaled_prompts(xs, ys, components, component, scale)
         preds = all_predictions(sx, sy, components, noise_std, **fitted)
-        for name, p in preds.items():
+        for name, p in preds.items():   # torch's mean, as procedure_metrics: s = 1 is its nmse bit for bit
             curve = normalized_sq_error(p.double(), sy.double(), xs.shape[-1])
             out.setdefault(name, {})[f"nmse_{scale_name(scale)}"] = float(curve[1:].mean())
     return out
