@@ -54,7 +54,7 @@ class VectorField(nn.Module):
         self.manifold = manifold
         dims = [manifold.feature_dim] + [hidden] * layers
         self.hidden, self.acts = nn.ModuleList(), nn.ModuleList()
-        for a, b in zip(dims[:-1], dims[1:]):      # built in the official order: linear, swish, ...
+        for a, b in zip(dims[:-1], dims[1:]):      # the official order (linear, swish, ...), so seeded initial draws match it
             self.hidden.append(TimeLinear(a, b, dtype))
             self.acts.append(TimeDependentSwish(b, dtype))
         self.out = TimeLinear(hidden, manifold.ambient_dim, dtype)
