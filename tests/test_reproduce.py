@@ -130,10 +130,45 @@ def test_a_cached_run_is_reused_only_with_the_same_settings_and_code(tmp_path):
     OmegaConf.save(cfg, tmp_path / "config.yaml")
     (tmp_path / "metrics.json").write_text(json.dumps({"acc": 0.5}))
     (tmp_path / "timing.json").write_text(json.dumps({"wall_s": 2.0, "cpu_s": 3.0, "code": "abc"}))
-    assert _cached(cfg, "abc") == ({"acc": 0.5}, 2.0, 3.0)
-    assert _cached(cfg, "changed") is None                        # the method's code moved: run again
-    assert _cached(OmegaConf.merge(cfg, {"method": {"lr": 0.2}}), "abc") is None
-    assert _cached(OmegaConf.merge(cfg, {"claims": ["x"]}), "abc") is not None   # claims are not run settings
+    assert _cached(cfg, "abc", "rt") == ({"acc": 0.5}, 2.0, 3.0)    # recorded before runtime was hashed
+    assert _cached(cfg, "changed", "rt") is None                  # the method's code moved: run again
+    assert _cached(OmegaConf.merge(cfg, {"method": {"lr": 0.2}}), "abc", "rt") is None
+    assert _cached(OmegaConf.merge(cfg, {"claims": ["x"]}), "abc", "rt") is not None   # claims are not run settings
+    (tmp_path / "timing.json").write_text(json.dumps({"wall_s": 2.0, "cpu_s": 3.0, "code": "abc", "runtime": "rt"}))
+    assert _cached(cfg, "abc", "rt") is not None
+    assert _cached(cfg, "abc", "trainer moved") is None           # the trainer or runner moved: run again
+
+
+def test_the_run_machinery_and_config_targets_are_fingerprinted(tmp_path, monkeypatch):
+    """The trainer and runner reach every run through the context, and backbones through a config's
+    `_target_`: neither is imported by the method, so a static scan of its imports misses them."""
+    code = {str(p.relative_to(ROOT)) for p in fingerprint.code_files("simclr")}
+    assert "common/trainer.py" not in code and "common/nn/backbones.py" not in code
+    settings = {"method": {"backbone": {"_target_": "common.nn.build_backbone", "name": "small_cnn"},
+                           "optimizer": {"_target_": "torch.optim.AdamW"}},
+                "rows": [{"_target_": "methods.simclr.SimCLR"}]}
+    targets = fingerprint.config_targets(settings)
+    assert targets == {"common.nn.build_backbone", "methods.simclr.SimCLR"}    # not torch's
+    runtime = {str(p.relative_to(ROOT)) for p in fingerprint.runtime_files(targets)}
+    assert {"common/trainer.py", "common/runner.py", "common/callbacks.py", "common/nn/__init__.py",
+            "common/nn/backbones.py", "methods/simclr/__init__.py"} <= runtime
+    # a change to the trainer moves the runtime hash, not the method's code hash
+    for part in ("common", "methods"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(fingerprint, "ROOT", tmp_path)
+    before = fingerprint.code_hash("simclr")[0], fingerprint.runtime_hash(targets)[0]
+    with open(tmp_path / "common/trainer.py", "a") as f:
+        f.write("\n# a change\n")
+    after = fingerprint.code_hash("simclr")[0], fingerprint.runtime_hash(targets)[0]
+    assert before[0] == after[0] and before[1] != after[1]
+
+
+def test_a_changed_run_machinery_makes_a_table_stale():
+    current = {"code": "c", "runtime": "r", "settings": "s", "env": {}}
+    assert fingerprint.staleness({**current}, current) is None
+    assert fingerprint.staleness({**current, "runtime": "old"}, current) == "run machinery changed"
+    # a record made before the run machinery was fingerprinted is not judged on it
+    assert fingerprint.staleness({"code": "c", "settings": "s", "env": {}}, current) is None
 
 
 def test_a_run_reporting_several_rows_counts_once_in_the_table_cost():

@@ -37,7 +37,11 @@ def _imports(path: Path) -> set[str]:
 def code_files(method: str) -> list[Path]:
     """The method's package and the repository modules it imports, transitively (package
     __init__ files included: importing common.data.x runs common/data/__init__.py)."""
-    todo = sorted((ROOT / "methods" / method).rglob("*.py"))
+    return _walk(sorted((ROOT / "methods" / method).rglob("*.py")))
+
+
+def _walk(todo: list[Path]) -> list[Path]:
+    """`todo` and every repository module they import, transitively (package __init__ files too)."""
     seen: set[Path] = set()
     while todo:
         path = todo.pop()
@@ -51,6 +55,46 @@ def code_files(method: str) -> list[Path]:
                 if found is not None and found not in seen:
                     todo.append(found)
     return sorted(seen)
+
+
+# What every run goes through without a method importing it: the runner builds the context, the
+# trainer steps the optimiser (schedule, clipping, AMP, checkpoints, callbacks); `_target_` strings
+# in the configs name more (backbones, optimisers' wrappers). A static scan of the method's imports
+# does not see them, so they are hashed apart ("runtime") and a change to them makes tables stale too.
+RUN_MACHINERY = ("common.runner", "common.trainer", "common.callbacks", "common.checkpoint",
+                 "common.instantiate", "common.hardware")
+
+
+def config_targets(settings) -> set[str]:
+    """Every `_target_` string of the repository's own code (common., methods.) in a nested config."""
+    found: set[str] = set()
+    if isinstance(settings, dict):
+        for key, value in settings.items():
+            if key == "_target_" and isinstance(value, str) and value.split(".")[0] in ("common", "methods"):
+                found.add(value)
+            else:
+                found |= config_targets(value)
+    elif isinstance(settings, list):
+        for value in settings:
+            found |= config_targets(value)
+    return found
+
+
+def runtime_files(targets: set[str] = frozenset()) -> list[Path]:
+    """The run machinery and the modules named by `targets` (a `_target_` names a module or an
+    attribute of one), with what they import, transitively."""
+    starts = []
+    for name in (*RUN_MACHINERY, *sorted(targets)):
+        parts = name.split(".")
+        found = next((f for i in range(len(parts), 0, -1) if (f := _module_file(".".join(parts[:i]))) is not None), None)
+        if found is not None:
+            starts.append(found)
+    return _walk(starts)
+
+
+def runtime_hash(targets: set[str] = frozenset()) -> tuple[str, dict[str, str]]:
+    files = {str(p.relative_to(ROOT)): _sha(p.read_bytes())[:16] for p in runtime_files(targets)}
+    return _sha(json.dumps(files, sort_keys=True).encode()), files
 
 
 def _sha(data: bytes) -> str:
@@ -89,18 +133,22 @@ def table_fingerprint(method: str, experiment: str, extra: list[str] = ()) -> di
     rows = {row: run_settings(compose("train", overrides=[f"experiment={experiment}", *ov, *extra]))
             for row, ov in base.table.rows.items()}
     code, files = code_hash(method)
-    return {"code": code, "settings": settings_hash(rows), "env": env_versions(), "files": files,
-            "seeds": list(base.table.seeds)}
+    runtime, runtime_files_ = runtime_hash(set().union(*(config_targets(r) for r in rows.values())))
+    return {"code": code, "runtime": runtime, "settings": settings_hash(rows), "env": env_versions(), "files": files,
+            "runtime_files": runtime_files_, "seeds": list(base.table.seeds)}
 
 
 def staleness(recorded: dict | None, current: dict) -> str | None:
-    """Why a recorded table no longer matches: 'no record', 'code changed', 'settings changed',
-    'seeds changed', 'packages changed', or None when it is current (a record without seeds in its
-    fingerprint is not judged on them; ci._recorded adds the table's own seed list)."""
+    """Why a recorded table no longer matches: 'no record', 'code changed', 'run machinery changed',
+    'settings changed', 'seeds changed', 'packages changed', or None when it is current (a record
+    without seeds or runtime in its fingerprint, made before they were fingerprinted, is not judged
+    on them; ci._recorded adds the table's own seed list)."""
     if not recorded:
         return "no record"
     if recorded.get("code") != current["code"]:
         return "code changed"
+    if "runtime" in recorded and recorded["runtime"] != current.get("runtime"):
+        return "run machinery changed"
     if recorded.get("settings") != current["settings"]:
         return "settings changed"
     seeds = recorded.get("seeds")

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from common.config import CONFIG_DIR, UserError
 from common.reproduce.claims import MIN_SEEDS, judge
-from common.reproduce.fingerprint import code_hash
+from common.reproduce.fingerprint import code_hash, config_targets, runtime_hash
 from common.reproduce.record import RUN_INFO, TableResult
 from common.runner import run_method
 
@@ -39,16 +39,17 @@ def run_settings(cfg) -> dict:
     return {k: v for k, v in settings.items() if k not in _NOT_RUN_SETTINGS}
 
 
-def _cached(cfg, code: str) -> tuple[dict, float | None, float | None] | None:
+def _cached(cfg, code: str, runtime: str) -> tuple[dict, float | None, float | None] | None:
     """(metrics, wall seconds, CPU seconds) of an earlier run with the same resolved run settings and
-    the same code hash (editing a claim or the paper's numbers does not invalidate runs; editing the
-    method or a `common/` module it imports does)."""
+    the same code hash and run-machinery hash (editing a claim or the paper's numbers does not
+    invalidate runs; editing the method, a `common/` module it imports, the trainer or runner does;
+    a run recorded before the run machinery was hashed is judged on its code alone)."""
     run_dir = Path(cfg.run_dir)
     try:
         if run_settings(OmegaConf.load(run_dir / "config.yaml")) != run_settings(cfg):
             return None
         timing = json.loads((run_dir / "timing.json").read_text())
-        if timing.get("code") != code:
+        if timing.get("code") != code or timing.get("runtime", runtime) != runtime:
             return None
         metrics = json.loads((run_dir / "metrics.json").read_text())
         return metrics, timing.get("wall_s"), timing.get("cpu_s")
@@ -109,12 +110,14 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
         for seed in seeds:
             cfg = compose("train", overrides=[f"experiment={experiment}", *row_overrides, *extra,
                                               f"seed={seed}", f"run_name={experiment}/{row}"])
-            hit = None if fresh else _cached(cfg, code)
+            runtime = runtime_hash(config_targets(run_settings(cfg)))[0]
+            hit = None if fresh else _cached(cfg, code, runtime)
             if hit is None:
                 start, cpu_start = time.perf_counter(), time.process_time()
                 metrics = run_method(cfg)
                 wall, cpu, status = time.perf_counter() - start, time.process_time() - cpu_start, "ran"
-                (Path(cfg.run_dir) / "timing.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu, "code": code}) + "\n")
+                (Path(cfg.run_dir) / "timing.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu, "code": code,
+                                                                                  "runtime": runtime}) + "\n")
             else:
                 (metrics, wall, cpu), status = hit, "cached"
             log(f"[{experiment}] {row} seed={seed} ({status}{f', {wall:.0f} s' if wall else ''}): "
