@@ -58,14 +58,15 @@ def compare_with_golden(experiment: str, found: dict) -> None:
         return
     assert path.exists(), f"no golden file for {experiment}: run ICLR24_UPDATE_GOLDEN=1 pytest tests/test_cli.py -k {experiment}"
     golden = json.loads(path.read_text())
-    tol = {"loss_rtol": 1e-4, "metric_rtol": 1e-3, "metric_atol": 1e-4, **golden.get("tolerance", {})}
+    default_atol = 1e-4
+    tol = {"loss_rtol": 1e-4, "metric_rtol": 1e-3, "metric_atol": default_atol, **golden.get("tolerance", {})}
     method = experiment.removesuffix("_smoke")
     assert found["losses"] == pytest.approx(golden["losses"], rel=tol["loss_rtol"], abs=1e-6), (
         f"{method}: the smoke run's first losses changed (numbers moved in {method} or in common/ code it "
         f"imports): {found['losses']} vs golden {golden['losses']}")
     assert set(found["metrics"]) == set(golden["metrics"]), f"{method}: metric names changed"
     def atol(metric):   # a number for every metric, or {metric: atol} (e.g. one test image of an accuracy)
-        return tol["metric_atol"].get(metric, 1e-4) if isinstance(tol["metric_atol"], dict) else tol["metric_atol"]
+        return tol["metric_atol"].get(metric, default_atol) if isinstance(tol["metric_atol"], dict) else tol["metric_atol"]
     changed = {k: (v, golden["metrics"][k]) for k, v in found["metrics"].items()
                if v != pytest.approx(golden["metrics"][k], rel=tol["metric_rtol"], abs=atol(k))}
     assert not changed, f"{method}: final smoke metrics changed (found, golden): {changed}"
