@@ -1,14 +1,18 @@
 """mixreg_transformer's run wiring: EM is fitted on exactly the prompts the transformer is
 trained on (`training_prompts`, streamed and fixed-set, and the cap at what training saw), `run`
 starts EM from its own stream of the run seed, and the covariate shift scores the transformer on
-the scaled prompts."""
+the scaled prompts; ranks share one process's prompts, validation and test are different streams,
+and run() reports every procedure as a row."""
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
 import methods.mixreg_transformer as mxt
-from methods.mixreg_transformer import posterior_mean_predictions, stages
+from methods.mixreg_transformer import (MixtureOfRegressions, batch_em, ols_predictions, posterior_mean_predictions,
+                                        stages)
+from tests.test_mixreg_transformer import D, M, SIGMA, prompts
 
 SMOKE = ["experiment=mixreg_transformer_smoke"]      # d = 4, m = 3, k = 8, batch 16, 4 steps
 
@@ -168,3 +172,59 @@ def test_shift_scores_the_transformer_on_the_scaled_prompts(compose_cfg, monkeyp
     assert metrics["transformer/nmse_x1"] == metrics["transformer/nmse"]
     assert abs(by_hand - plain) > 0.1 * plain           # scoring the unscaled prompts would show
     assert metrics["em/nmse_x2"] != metrics["posterior_mean/nmse_x2"]
+
+
+# --- the run on the framework ---------------------------------------------------------------------
+
+def test_ranks_share_one_processs_fresh_prompts():
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=0)
+    whole = stages.fresh_prompt_batches(mix, 6, 5, seed=3)(7)
+    shards = [stages.fresh_prompt_batches(mix, 6, 5, seed=3, rank=r, world_size=2)(7) for r in range(2)]
+    assert all(len(s[0]) == 3 for s in shards)
+    together = torch.cat([shards[0][0], shards[1][0]])
+    # disjoint shares whose union is the single process's batch
+    assert sorted(map(tuple, together.flatten(1).tolist())) == sorted(map(tuple, whole[0].flatten(1).tolist()))
+    with pytest.raises(ValueError, match="divisible"):
+        stages.fresh_prompt_batches(mix, 5, 5, seed=3, world_size=2)
+
+
+def test_validation_and_test_prompts_are_different_streams():
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=0)
+    test_xs = stages.test_prompts(mix, 8, 5, seed=0)[0]
+    val_xs = stages.test_prompts(mix, 8, 5, seed=0, split="val")[0]
+    assert torch.equal(test_xs, stages.test_prompts(mix, 8, 5, seed=0, split="test")[0])
+    assert not torch.equal(test_xs, val_xs)
+    with pytest.raises(ValueError, match="'train'"):
+        stages.test_prompts(mix, 8, 5, seed=0, split="train")
+
+
+def test_em_does_not_start_at_the_true_components():
+    """The mixture and EM's initial draw both come from the run seed: EM's stream must differ,
+    or EM would start (and stay) at the answer."""
+    mix = MixtureOfRegressions(D, M, SIGMA, seed=5, dtype=torch.float64)
+    start = batch_em(*mix.sample(4, 3)[:2], M, SIGMA, iters=0, seed=stages.stream_seed(5, stages.EM_STREAM))
+    assert (start - mix.components).abs().max() > 0.1
+
+
+def test_nmse_median_is_the_median_prompt_error():
+    _, xs, ys, _ = prompts(batch=9, length=6)
+    preds = {"ols": ols_predictions(xs, ys)}
+    per_prompt = ((preds["ols"].numpy() - ys.numpy())[:, 1:] ** 2).mean(1) / D
+    assert stages.procedure_metrics(preds, ys, D)["ols"]["nmse_median"] == pytest.approx(np.median(per_prompt), rel=1e-12)
+
+
+def test_run_reports_every_procedure_as_a_row(compose_cfg, tmp_path):
+    """run(cfg, ctx) on the smoke config: `<procedure>/<metric>` names that reproduce.py turns
+    into the rows transformer, posterior_mean, argmin, ols and em; the plot lands in the run dir."""
+    from common.reproduce.tables import expand_rows
+    from common.runner import run_method
+
+    cfg = compose_cfg(["experiment=mixreg_transformer_smoke", f"run_dir={tmp_path}"])
+    metrics = run_method(cfg)
+    rows = expand_rows({"mixreg_transformer": [{"seed": 0, **metrics}]})
+    declared = compose_cfg(["experiment=mixreg_transformer_mini"]).table.sub_rows
+    assert set(rows) == {"transformer", "posterior_mean", "argmin", "ols", "em"} == set(declared)
+    assert set(rows["ols"][0]) >= {"nmse", "nmse_last", "nmse_median", "dist_pm", "dist_argmin", "dist_ols"}
+    assert "train_loss" in rows["transformer"][0] and np.isfinite(list(metrics.values())).all()
+    assert rows["posterior_mean"][0]["dist_pm"] == 0
+    assert (tmp_path / "nmse_vs_position.png").exists() and (tmp_path / "nmse_curves.json").exists()
