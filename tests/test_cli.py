@@ -58,20 +58,14 @@ def compare_with_golden(experiment: str, found: dict) -> None:
         return
     assert path.exists(), f"no golden file for {experiment}: run ICLR24_UPDATE_GOLDEN=1 pytest tests/test_cli.py -k {experiment}"
     golden = json.loads(path.read_text())
-    # defaults catch any numeric change on one machine; a golden file may widen them, per metric
-    # ({metric: value}), to what different CPU types (float kernels) move, with its reason in "why"
-    default = {"loss_rtol": 1e-4, "metric_rtol": 1e-3, "metric_atol": 1e-4}
-    tol = {**default, **golden.get("tolerance", {})}
-
-    def per_metric(key, metric):
-        return tol[key].get(metric, default[key]) if isinstance(tol[key], dict) else tol[key]
+    tol = {"loss_rtol": 1e-4, "metric_rtol": 1e-3, "metric_atol": 1e-4, **golden.get("tolerance", {})}
     method = experiment.removesuffix("_smoke")
     assert found["losses"] == pytest.approx(golden["losses"], rel=tol["loss_rtol"], abs=1e-6), (
         f"{method}: the smoke run's first losses changed (numbers moved in {method} or in common/ code it "
         f"imports): {found['losses']} vs golden {golden['losses']}")
     assert set(found["metrics"]) == set(golden["metrics"]), f"{method}: metric names changed"
     changed = {k: (v, golden["metrics"][k]) for k, v in found["metrics"].items()
-               if v != pytest.approx(golden["metrics"][k], rel=per_metric("metric_rtol", k), abs=per_metric("metric_atol", k))}
+               if v != pytest.approx(golden["metrics"][k], rel=tol["metric_rtol"], abs=tol["metric_atol"])}
     assert not changed, f"{method}: final smoke metrics changed (found, golden): {changed}"
 
 
