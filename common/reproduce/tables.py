@@ -105,12 +105,16 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
     seeds = list(seeds) if held_out else list(base.table.seeds)
     check_seeds(experiment, base, seeds, held_out)
     code = code_hash(base.method.name)[0]
+    runtimes: dict[frozenset, str] = {}
     runs: dict[str, list[dict]] = {}
     for row, row_overrides in base.table.rows.items():
         for seed in seeds:
             cfg = compose("train", overrides=[f"experiment={experiment}", *row_overrides, *extra,
                                               f"seed={seed}", f"run_name={experiment}/{row}"])
-            runtime = runtime_hash(config_targets(run_settings(cfg)))[0]
+            targets = frozenset(config_targets(run_settings(cfg)))
+            if targets not in runtimes:   # one file walk per distinct set of targets, not per run
+                runtimes[targets] = runtime_hash(targets)[0]
+            runtime = runtimes[targets]
             hit = None if fresh else _cached(cfg, code, runtime)
             if hit is None:
                 start, cpu_start = time.perf_counter(), time.process_time()
