@@ -201,3 +201,17 @@ def test_tinyimagenet_refuses_a_foreign_archive_and_unknown_val_classes(tmp_path
     (root / "tiny-imagenet-200" / "train").mkdir(parents=True)   # a copy cut short: no wnids.txt
     with pytest.raises(DatasetNotFound, match="incomplete copy"):
         tinyimagenet.load("train", root, download=True)
+
+
+def test_tinyimagenet_is_registered_under_its_config_name(tmp_path, tiny):
+    """common.data.load reaches the loader by the `name` in configs/dataset/tinyimagenet.yaml."""
+    from omegaconf import OmegaConf
+
+    from common.config import CONFIG_DIR
+    name = OmegaConf.load(CONFIG_DIR / "dataset" / "tinyimagenet.yaml").name
+    root = tmp_path / "data"
+    with zipfile.ZipFile(tiny) as zf:
+        zf.extractall(root)
+    images, labels = data.load(name, "train", root, download=False)
+    assert data.REGISTRY[name] is tinyimagenet.load and images.shape == (7, 3, 64, 64) and len(labels) == 7
+    assert data.load(name, "test", root, download=False)[1].tolist() == [TINY_LABEL[w] for w in reversed(TINY_WNIDS)]

@@ -1,0 +1,26 @@
+"""common.nn.backbones: the ImageNet-stem ResNets beside the CIFAR-stem ones."""
+import pytest
+import torch
+from torch import nn
+
+from common.config import UserError
+from common.nn.backbones import build_backbone
+
+
+@pytest.mark.parametrize("name, dim", [("resnet18", 512), ("resnet50", 2048)])
+def test_imagenet_stem_resnet(name, dim):
+    model, feat = build_backbone(name, in_chans=3, img_size=64)
+    assert feat == dim and model.conv1.kernel_size == (7, 7) and model.conv1.stride == (2, 2)
+    assert isinstance(model.maxpool, nn.MaxPool2d) and model.maxpool.stride == 2
+    cifar, _ = build_backbone(name + "_cifar", in_chans=3, img_size=64)
+    assert cifar.conv1.kernel_size == (3, 3) and isinstance(cifar.maxpool, nn.Identity)
+    model.eval()
+    with torch.no_grad():
+        assert model(torch.rand(2, 3, 64, 64)).shape == (2, dim)
+        # the stem divides by 4 before layer1 (64 -> 16), the CIFAR stem not at all
+        assert model.maxpool(model.act1(model.bn1(model.conv1(torch.rand(1, 3, 64, 64))))).shape[-1] == 16
+
+
+def test_imagenet_stem_reads_no_options():
+    with pytest.raises(UserError, match="does not read"):
+        build_backbone("resnet18", in_chans=3, img_size=64, width=8)
