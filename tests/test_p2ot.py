@@ -176,9 +176,9 @@ def test_memory_labels_are_the_batch_rows_of_the_memory_solve_warm_or_cold():
 
 
 def test_view_features_kmeans_and_evaluation_shapes():
-    from omegaconf import OmegaConf
+    from common.ssl import Augment
 
-    aug = OmegaConf.create(dict(min_scale=0.5, flip_prob=0.5, jitter_prob=0.5, brightness=0.2, contrast=0.2))
+    aug = Augment(min_scale=0.5, flip_prob=0.5, jitter_prob=0.5, brightness=0.2, contrast=0.2)
     images = torch.randint(0, 256, (10, 1, 8, 8), dtype=torch.uint8)
     enc = nn.Sequential(nn.Flatten(), nn.Linear(64, 4))
     v = view_features(enc, images, 3, aug, seed=1, batch_size=4)

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from common.config import UserError
-from common.data import images, tinyimagenet
+from common.data import images
 from common.data.download import DatasetNotFound
 from common.data.sampler import StepSampler
 
@@ -17,7 +17,6 @@ REGISTRY = {
     "cifar10": images.torchvision_set("CIFAR10", "cifar-10-batches-py"),
     "cifar100": images.torchvision_set("CIFAR100", "cifar-100-python"),
     "stl10": images.torchvision_set("STL10", "stl10_binary"),
-    "tinyimagenet": tinyimagenet.load,   # the name configs/dataset/tinyimagenet.yaml uses
 }
 
 

@@ -30,7 +30,6 @@ def cifar_resnet(name: str, in_chans: int) -> nn.Module:
 
 
 _OPTIONS = {"small_cnn": {"width"}, "resnet18_cifar": set(), "resnet50_cifar": set(),
-            "resnet18": set(), "resnet50": set(),   # ImageNet stem: 7x7/2 conv + 3x3/2 max-pool
             "vit_tiny": {"width", "patch_size", "depth", "heads"}, "flatten": set()}
 
 
@@ -49,8 +48,6 @@ def build_backbone(name: str, in_chans: int, img_size: int, **options) -> tuple[
         model = SmallCNN(in_chans, **options)
     elif name in ("resnet18_cifar", "resnet50_cifar"):
         model = cifar_resnet(name.removesuffix("_cifar"), in_chans)
-    elif name in ("resnet18", "resnet50"):   # timm's own stem, as the official SimCLR code on (Tiny)ImageNet
-        model = timm.create_model(name, num_classes=0, in_chans=in_chans)
     elif name == "vit_tiny":
         o = {"width": 192, "patch_size": 4, "depth": 12, "heads": 3, **options}
         model = build_vit(img_size, o["patch_size"], in_chans, 0, o["width"], o["depth"], o["heads"], pool="token")

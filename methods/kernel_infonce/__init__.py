@@ -4,6 +4,7 @@ from __future__ import annotations
 from hydra.utils import instantiate
 
 from common import data, tasks
+from common.data import tinyimagenet  # noqa: F401  (registers "tinyimagenet" in common.data.REGISTRY)
 from common.instantiate import instantiate_checked
 from methods.kernel_infonce.loss import KERNELS, kernel_infonce, kernel_loss_sum, log_kernel, squared_distances
 from methods.kernel_infonce.model import OBJECTIVES, KernelInfoNCE
