@@ -253,3 +253,31 @@ def test_a_changed_seed_list_makes_a_table_stale():
                                  current) == "seeds changed"
     # a record made before seeds were fingerprinted is not judged on them
     assert fingerprint.staleness({"code": "c", "settings": "s", "env": {}}, current) is None
+
+
+def test_a_published_table_names_the_cpu_and_threads_it_ran_on(tmp_path, monkeypatch):
+    """Floats of a training run move between CPU types and thread counts: each fresh table's stamp
+    carries both, and its Compute line says them (a kept table keeps its own)."""
+    import importlib
+    import json
+
+    import torch
+
+    from common.reproduce.record import TableResult
+    from common.reproduce.render import wall_time
+
+    pub = importlib.import_module("common.reproduce.publish")
+    real = pub.machine()    # the real probe: a non-empty name and torch's thread count
+    assert real["cpu"] and real["threads"] == torch.get_num_threads()
+    monkeypatch.setattr(pub.results, "update_readmes", lambda *a: None)
+    monkeypatch.setattr(pub, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(pub, "write_status_pages", lambda *a: None)
+    monkeypatch.setattr(pub, "plot_curves", lambda *a, **k: None)
+    monkeypatch.setattr(pub, "copy_figures", lambda *a, **k: [])
+    monkeypatch.setattr(pub, "machine", lambda: {"cpu": "Test CPU (family 1, model 2)", "threads": 1})
+    t = TableResult(experiment="m_mini", seeds=[0], metrics=["acc"], runs={"r": [{"seed": 0, "acc": 1.0, "wall_s": 60}]})
+    text = pub.publish("m", "mini", [t], "cmd", {})
+    stamp = json.loads((tmp_path / "m_mini.json").read_text())["tables"][0]["verified"]
+    assert stamp["cpu"] == "Test CPU (family 1, model 2)" and stamp["threads"] == 1
+    assert "1.0 min wall" in text and "on Test CPU (family 1, model 2), 1 thread." in text
+    assert wall_time(TableResult.from_dict({**t.to_dict(), "verified": {"git_sha": "a", "time": "b"}})).endswith("1 runs")

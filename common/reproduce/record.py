@@ -26,7 +26,7 @@ class TableResult:
     figures: list[str] = field(default_factory=list)
     plot: str | None = None
     held_out: bool = False                             # run with --seeds other than the config's
-    verified: dict | None = None                       # {git_sha, time} of the run that made this table
+    verified: dict | None = None                       # {git_sha, time, cpu, threads} of the run that made this table
 
     def per_seed(self) -> dict[str, dict[str, list[float]]]:
         """row -> metric -> values in seed order (what claims are judged on)."""

@@ -33,7 +33,9 @@ def wall_time(t: TableResult) -> str:
     walls = [s["wall_s"] for s in runs if s.get("wall_s")]
     total = len(runs)
     missing = f", {total - len(walls)} without a recorded time" if len(walls) < total else ""
-    return f"{sum(walls) / 60:.1f} min wall, {t.cpu_minutes():.1f} CPU-min for {len(walls)} runs{missing}"
+    where = t.verified or {}
+    machine = f" on {where['cpu']}, {where['threads']} thread{'s' * (where['threads'] != 1)}" if "cpu" in where else ""
+    return f"{sum(walls) / 60:.1f} min wall, {t.cpu_minutes():.1f} CPU-min for {len(walls)} runs{missing}{machine}"
 
 
 def table_markdown(t: TableResult, level: str = "##") -> list[str]:
