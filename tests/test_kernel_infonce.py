@@ -167,6 +167,27 @@ def test_bad_input_is_a_value_error_naming_it(z1, z2, kwargs, match):
         kernel_infonce(z1, z2, **kwargs)
 
 
+def test_log_kernel_refuses_embeddings_of_different_widths():
+    with pytest.raises(ValueError, match=r"same d, got \(4, 8\) and \(3, 6\)"):
+        log_kernel(rand(4, d=8), rand(3, d=6), "gaussian", 0.5)
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "exponential", "simple_sum"])
+def test_model_loss_runs_in_float32_under_bf16_autocast(kernel):
+    """Under bf16 autocast the matmul of |a|^2 + |b|^2 - 2 a.b would run in bf16 (the loss moves by
+    ~1e-3 here); the model computes its loss with autocast off, so it equals the float32 loss."""
+    gamma = 0.5 if kernel != "gaussian" else None
+    model = KernelInfoNCE(torch.nn.Flatten(), 4, kernel=kernel, temperature=0.1, gamma=gamma, proj_hidden=8, proj_dim=8)
+    z1, z2 = rand(64, d=128, seed=3).float(), rand(64, d=128, seed=4).float()
+    exact = model.loss(z1, z2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = model.loss(z1, z2)
+        bare = kernel_infonce(z1, z2, kernel, 0.1, gamma or 1.0)     # the pure function follows autocast
+    assert inside.dtype == torch.float32 and torch.equal(inside, exact)
+    assert (bare.float() - exact).abs() > 1e-5                          # so the test can fail
+    assert model.loss(z1.double(), z2.double()).dtype == torch.float64
+
+
 def test_model_rejects_bad_arguments():
     with pytest.raises(ValueError, match="loss_sum"):
         KernelInfoNCE(SmallCNN(1, 4), 16, kernel="cosine")

@@ -47,6 +47,9 @@ def log_kernel(z_a: torch.Tensor, z_b: torch.Tensor, kernel: str, temperature: f
     gamma is read by exponential, simple_sum and concat_sum.
     """
     _check_kernel(kernel, temperature, gamma, temperature2)
+    if z_a.dim() != 2 or z_b.dim() != 2 or z_a.shape[1] != z_b.shape[1]:
+        raise ValueError(f"z_a and z_b must be (n_a, d) and (n_b, d) with the same d, got {tuple(z_a.shape)} "
+                         f"and {tuple(z_b.shape)}")
     t2 = temperature if temperature2 is None else temperature2
     if kernel == "concat_sum":
         dim = z_a.shape[-1]

@@ -46,10 +46,16 @@ class KernelInfoNCE(ContrastiveModel):
         self.temperature2, self.loss_sum_weight = temperature2, loss_sum_weight
 
     def loss(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
-        """The configured objective of two (N, d) embedding batches."""
-        if self.kernel == "loss_sum":
-            return kernel_loss_sum(z1, z2, self.temperature, self.gamma, self.loss_sum_weight)
-        return kernel_infonce(z1, z2, self.kernel, self.temperature, self.gamma, self.temperature2)
+        """The configured objective of two (N, d) embedding batches, in at least float32 with autocast
+        off: under bf16 autocast the a.b matmul of |a|^2 + |b|^2 - 2 a.b would round |a - b|^2 by up to
+        ~5e-3, which d^gamma with gamma < 2 and a small tau amplify (the official code computes its
+        distances with cdist/norm, which fp16 autocast runs in float32). float64 stays float64."""
+        dtype = torch.promote_types(z1.dtype, torch.float32)
+        with torch.autocast(z1.device.type, enabled=False):
+            z1, z2 = z1.to(dtype), z2.to(dtype)
+            if self.kernel == "loss_sum":
+                return kernel_loss_sum(z1, z2, self.temperature, self.gamma, self.loss_sum_weight)
+            return kernel_infonce(z1, z2, self.kernel, self.temperature, self.gamma, self.temperature2)
 
     def contrastive_loss(self, x: torch.Tensor) -> torch.Tensor:
         """Kernel-InfoNCE of two random views of float images x (N, C, H, W), over the global batch."""
