@@ -56,7 +56,9 @@ def augment_images(x: torch.Tensor, views: Views) -> torch.Tensor:
 
 class CARE(ContrastiveModel):
     """Defaults: the paper's CIFAR-10 setting (τ = 0.5, projector 512 -> 128 as in the official
-    code, λ = 0.01 on the official scale of L_equi, K = 16 chunks) with SimCLR's augmentations.
+    code, λ = 0.01 on the official scale of L_equi, K = 16 chunks). `augment` defaults to
+    `common.ssl.Augment()` (crop, flip, brightness, contrast); the official CIFAR recipe adds
+    saturation, grayscale and blur, set in the paper configs (care_cifar10.yaml).
 
     base_loss: "infonce" (CARE) or "uniformity" (equivariance + a non-collapse term, no
     invariance: the official `loss_subtype=uniformity`). hue: colour-jitter hue range as a
