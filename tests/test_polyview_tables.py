@@ -1,11 +1,16 @@
 """Poly-view tables: negatives per anchor counted against a hand count, the rows of the mini and
-supporting tables, and the paper-tier ImageNet settings against the paper's batch, views and epochs."""
+supporting tables, the paper-tier ImageNet settings against the paper's batch, views and epochs, and
+the paper-tier augmentations against SimCLR's recipe of each dataset."""
 import math
 
 import pytest
 import torch
 
-from methods.polyview import LOSSES, images_per_step, poly_view_loss
+from common.config import compose_checked
+from common.reproduce.paper import build_on_meta
+from common.reproduce.tables import experiments
+from common.ssl import Augment, multi_views
+from methods.polyview import LOSSES, PolyView, images_per_step, poly_view_loss
 
 IMAGENET_TRAIN = 1_281_167     # ImageNet-1k training images
 
@@ -83,3 +88,34 @@ def test_imagenet_config_holds_the_papers_batch_views_and_epochs(compose_cfg):
     assert views_per_image["geometric_m8"] / views_per_image["simclr_b4096"] == pytest.approx(0.5)
     assert base.dataset.name == "imagenet" and base.dataset.num_classes == 1000
     assert list(base.claims) == ["geometric_m8.linear_acc > simclr_b4096.linear_acc"]
+
+
+# experiment -> (colour strength s, blur): SimCLR's recipes (Chen et al. 2020): ColorJitter(0.8 s, 0.8 s,
+# 0.8 s, 0.2 s) with p 0.8 and RandomGrayscale(p 0.2); CIFAR s = 0.5 and no blur, ImageNet s = 1.0 and
+# Gaussian blur with p 0.5, kernel 10% of the image side made odd, sigma U(0.1, 2.0)
+PAPER_AUGMENT = {"polyview_cifar10": (0.5, False), "polyview_imagenet": (1.0, True)}
+
+
+def test_the_paper_tier_has_both_augmentation_recipes():
+    assert experiments("polyview", "paper") == sorted(PAPER_AUGMENT)
+
+
+@pytest.mark.parametrize("experiment", sorted(PAPER_AUGMENT))
+def test_paper_configs_have_simclrs_augmentations_of_their_dataset(experiment):
+    strength, blur = PAPER_AUGMENT[experiment]
+    cfg = compose_checked([f"experiment={experiment}"])   # types and ranges (common.schema) checked here
+    model, _ = build_on_meta(cfg)
+    aug = model.augment
+    assert isinstance(model, PolyView) and isinstance(aug, Augment)
+    assert aug.brightness == aug.contrast == aug.saturation == pytest.approx(0.8 * strength)
+    assert aug.hue == pytest.approx(0.2 * strength)
+    assert aug.jitter_prob == 0.8 and aug.grayscale_prob == 0.2 and aug.min_scale == 0.08 and aug.flip_prob == 0.5
+    side = cfg.dataset.img_size
+    if blur:   # 224 px: int(22.4) = 22 -> 23
+        assert aug.blur_kernel == int(0.1 * side) | 1 == 23 and aug.blur_prob == 0.5 and aug.blur_sigma == (0.1, 2.0)
+    else:
+        assert side == 32 and aug.blur_prob == 0 and aug.blur_kernel == 0
+    # the recipe's M views run on a CPU batch of the dataset's size (RGB, so every op acts)
+    x = torch.rand(2, 3, side, side, generator=torch.Generator().manual_seed(0))
+    views = multi_views(x, 4, aug, generator=torch.Generator().manual_seed(1))
+    assert views.shape == (2, 4, 3, side, side) and 0 <= views.min() and views.max() <= 1
