@@ -87,6 +87,8 @@ def test_imagenet_config_holds_the_papers_batch_views_and_epochs(compose_cfg):
     views_per_image = {row: r[3] * r[1] for row, r in runs.items()}
     assert views_per_image["geometric_m8"] / views_per_image["simclr_b4096"] == pytest.approx(0.5)
     assert base.dataset.name == "imagenet" and base.dataset.num_classes == 1000
+    # timm's ResNet-50 with its ImageNet stem (7x7/2 conv + max-pool), not the CIFAR stem
+    assert base.method.backbone._target_ == "common.nn.timm_backbone.timm_backbone" and base.method.backbone.name == "resnet50"
     assert list(base.claims) == ["geometric_m8.linear_acc > simclr_b4096.linear_acc"]
 
 
