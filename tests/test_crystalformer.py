@@ -302,3 +302,26 @@ def test_truncated_image_sum_matches_14_angstrom_reach_within_derived_bound(crys
 def test_every_tier_clips_the_global_gradient_norm_at_1(compose_cfg, experiment):
     """Official params/latticeformer/default.json clip_norm 1.0 (models/regression.py:121)."""
     assert compose_cfg([f"experiment=crystalformer_{experiment}"]).trainer.clip_grad == 1.0
+
+
+def test_the_calibration_flag_is_read_from_the_buffer_once_and_again_after_a_state_dict_load():
+    """The host copy of `calibrated` (no device sync per layer once calibrated) follows the buffer:
+    a state_dict without calibration puts a calibrated model back on batch statistics."""
+    torch.manual_seed(0)
+    model = Crystalformer(dim=16, depth=1, heads=4, ffn=32).double()
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}          # uncalibrated
+    att = model.blocks[0].attn
+    q = torch.randn(7, att.heads, att.dk, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x = torch.einsum("ahd,hd->ah", q, att.w.detach())
+
+    def standardised(m, s):
+        return shifted_elu((x - m) / s, att.a, att.b) / att.r0**2
+
+    with torch.no_grad():
+        model.train()(collate([rock_salt(), skewed(1)]))
+        assert att._calibrated_host and bool(att.calibrated)
+        model.eval()
+        torch.testing.assert_close(att.inv_sigma2(q), standardised(att.m, att.s))     # the saved m, s
+        model.load_state_dict(fresh)
+        assert not att._calibrated_host and not bool(att.calibrated)
+        torch.testing.assert_close(att.inv_sigma2(q), standardised(x.mean(), x.std()))  # q's own again

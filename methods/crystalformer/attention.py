@@ -53,6 +53,9 @@ class PeriodicAttention(nn.Module):
             self.register_buffer("m", torch.zeros(()))
             self.register_buffer("s", torch.ones(()))
             self.register_buffer("calibrated", torch.zeros((), dtype=torch.bool))
+            # a host-side copy of `calibrated`: reading the buffer on every forward would be a device
+            # sync per layer on a GPU; it is read once (then kept), and again after a state_dict load
+            self._calibrated_host = False
         if mode != "simplified":
             self.W_E = nn.Parameter(self.init_W_E(heads, n_rbf, self.dk))          # ψ, one per head
         if mode == "cutoff":
@@ -72,11 +75,20 @@ class PeriodicAttention(nn.Module):
         training step; the first training batch saves them."""
         x = torch.einsum("ahd,hd->ah", q, self.w)
         m, s = self.m, self.s
-        if not bool(self.calibrated):
+        if not self._calibrated_host:
+            self._calibrated_host = bool(self.calibrated)
+        if not self._calibrated_host:
             m, s = x.detach().mean(), x.detach().std().clamp_min(1e-6)
             if self.training:
-                self.m.copy_(m), self.s.copy_(s), self.calibrated.fill_(True)
+                self.m.copy_(m)
+                self.s.copy_(s)
+                self.calibrated.fill_(True)
+                self._calibrated_host = True
         return shifted_elu((x - m) / s, self.a, self.b) / self.r0**2
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._calibrated_host = False     # the loaded `calibrated` is read on the next forward
 
     def forward(self, x: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, r2: torch.Tensor) -> torch.Tensor:
         """x (atoms, D) for all real atoms of the batch; images as edges: query atom `src`,
