@@ -161,6 +161,8 @@ def test_bad_arguments_name_the_value():
                       (dict(base_loss="alignment"), "alignment"), (dict(hue=0.7), "hue")):
         with pytest.raises(ValueError, match=match):
             care(**kw)
+    with pytest.raises(ValueError, match=r"hue is set twice.*augment.hue = 0.1"):   # two hue shifts
+        CARE(SmallCNN(3, width=4), 16, proj_hidden=16, proj_dim=8, augment=Augment(hue=0.1), hue=0.1)
 
 
 def test_uniformity_variant_trains_without_positives():

@@ -4,6 +4,7 @@ import gzip
 import shutil
 import struct
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,3 +216,17 @@ def test_tinyimagenet_is_registered_under_its_config_name(tmp_path, tiny):
     images, labels = data.load(name, "train", root, download=False)
     assert data.REGISTRY[name] is tinyimagenet.load and images.shape == (7, 3, 64, 64) and len(labels) == 7
     assert data.load(name, "test", root, download=False)[1].tolist() == [TINY_LABEL[w] for w in reversed(TINY_WNIDS)]
+
+
+def test_importing_kernel_infonce_registers_tinyimagenet_in_a_fresh_interpreter():
+    """The loader registers itself when common.data.tinyimagenet is imported (not a line in
+    common/data/__init__.py, which every table's fingerprint holds): the method that uses it must
+    import it. This test module imports it too, so the check runs in a new interpreter."""
+    import subprocess
+    import sys
+
+    code = ("import common.data as d; before = 'tinyimagenet' in d.REGISTRY; import methods.kernel_infonce; "
+            "print(before, 'tinyimagenet' in d.REGISTRY)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1]).stdout.split()
+    assert out == ["False", "True"]

@@ -186,6 +186,7 @@ def test_model_loss_runs_in_float32_under_bf16_autocast(kernel):
     assert inside.dtype == torch.float32 and torch.equal(inside, exact)
     assert (bare.float() - exact).abs() > 1e-5                          # so the test can fail
     assert model.loss(z1.double(), z2.double()).dtype == torch.float64
+    assert model.loss(z1.to("meta"), z2.to("meta")).device.type == "meta"   # paper-tier dry runs build on meta
 
 
 def test_model_rejects_bad_arguments():

@@ -130,12 +130,13 @@ def test_a_cached_run_is_reused_only_with_the_same_settings_and_code(tmp_path):
     OmegaConf.save(cfg, tmp_path / "config.yaml")
     (tmp_path / "metrics.json").write_text(json.dumps({"acc": 0.5}))
     (tmp_path / "timing.json").write_text(json.dumps({"wall_s": 2.0, "cpu_s": 3.0, "code": "abc"}))
-    assert _cached(cfg, "abc", "rt") == ({"acc": 0.5}, 2.0, 3.0)    # recorded before runtime was hashed
+    assert _cached(cfg, "abc", "rt") == ({"acc": 0.5}, 2.0, 3.0, {})    # recorded before runtime (and machine) were
     assert _cached(cfg, "changed", "rt") is None                  # the method's code moved: run again
     assert _cached(OmegaConf.merge(cfg, {"method": {"lr": 0.2}}), "abc", "rt") is None
     assert _cached(OmegaConf.merge(cfg, {"claims": ["x"]}), "abc", "rt") is not None   # claims are not run settings
-    (tmp_path / "timing.json").write_text(json.dumps({"wall_s": 2.0, "cpu_s": 3.0, "code": "abc", "runtime": "rt"}))
-    assert _cached(cfg, "abc", "rt") is not None
+    (tmp_path / "timing.json").write_text(json.dumps({"wall_s": 2.0, "cpu_s": 3.0, "code": "abc", "runtime": "rt",
+                                                      "cpu": "C", "threads": 1}))
+    assert _cached(cfg, "abc", "rt")[3] == {"cpu": "C", "threads": 1}     # a cached run keeps its own machine
     assert _cached(cfg, "abc", "trainer moved") is None           # the trainer or runner moved: run again
 
 
@@ -255,29 +256,43 @@ def test_a_changed_seed_list_makes_a_table_stale():
     assert fingerprint.staleness({"code": "c", "settings": "s", "env": {}}, current) is None
 
 
-def test_a_published_table_names_the_cpu_and_threads_it_ran_on(tmp_path, monkeypatch):
-    """Floats of a training run move between CPU types and thread counts: each fresh table's stamp
-    carries both, and its Compute line says them (a kept table keeps its own)."""
+def test_a_published_table_names_the_cpu_and_threads_its_runs_ran_on(tmp_path, monkeypatch):
+    """Floats of a training run move between CPU types and thread counts: each run records both
+    (timing.json, so a cached run keeps its own), the table's stamp summarises them (mixed where they
+    differ, nothing for runs that recorded none) and its Compute line says them; a table kept by
+    `--only` keeps its own stamp."""
     import importlib
     import json
 
     import torch
 
+    from common.reproduce.machine import machine, runs_machine
     from common.reproduce.record import TableResult
-    from common.reproduce.render import wall_time
 
+    real = machine()    # the real probe: a non-empty name and torch's thread count
+    assert real["cpu"] and real["threads"] == torch.get_num_threads() and machine(3)["threads"] == 3
     pub = importlib.import_module("common.reproduce.publish")
-    real = pub.machine()    # the real probe: a non-empty name and torch's thread count
-    assert real["cpu"] and real["threads"] == torch.get_num_threads()
     monkeypatch.setattr(pub.results, "update_readmes", lambda *a: None)
     monkeypatch.setattr(pub, "RESULTS_DIR", tmp_path)
     monkeypatch.setattr(pub, "write_status_pages", lambda *a: None)
     monkeypatch.setattr(pub, "plot_curves", lambda *a, **k: None)
     monkeypatch.setattr(pub, "copy_figures", lambda *a, **k: [])
-    monkeypatch.setattr(pub, "machine", lambda: {"cpu": "Test CPU (family 1, model 2)", "threads": 1})
-    t = TableResult(experiment="m_mini", seeds=[0], metrics=["acc"], runs={"r": [{"seed": 0, "acc": 1.0, "wall_s": 60}]})
-    text = pub.publish("m", "mini", [t], "cmd", {})
-    stamp = json.loads((tmp_path / "m_mini.json").read_text())["tables"][0]["verified"]
-    assert stamp["cpu"] == "Test CPU (family 1, model 2)" and stamp["threads"] == 1
-    assert "1.0 min wall" in text and "on Test CPU (family 1, model 2), 1 thread." in text
-    assert wall_time(TableResult.from_dict({**t.to_dict(), "verified": {"git_sha": "a", "time": "b"}})).endswith("1 runs")
+    cpu = "Test CPU (family 1, model 2)"
+
+    def table(name, *where):
+        return TableResult(experiment=name, seeds=[0, 1], metrics=["acc"],
+                           runs={"r": [{"seed": i, "acc": 1.0, "wall_s": 30, **w} for i, w in enumerate(where)]})
+
+    text = pub.publish("m", "mini", [table("m_mini", {"cpu": cpu, "threads": 1}, {"cpu": cpu, "threads": 1}),
+                                     table("m_mini_b", {"cpu": cpu, "threads": 1}, {"cpu": "Other", "threads": 2})],
+                       "cmd", {})
+    stamps = {t["experiment"]: t["verified"] for t in json.loads((tmp_path / "m_mini.json").read_text())["tables"]}
+    assert stamps["m_mini"]["cpu"] == cpu and stamps["m_mini"]["threads"] == 1
+    assert stamps["m_mini_b"]["cpu"] == f"mixed: Other; {cpu}" and stamps["m_mini_b"]["threads"] == "mixed: 1; 2"
+    assert f"1.0 min wall, 0.0 CPU-min for 2 runs on {cpu}, 1 thread." in text
+    assert table("x", {}, {}).summary()["r"].keys() == {"acc"}                 # cpu, threads are not metrics
+    assert runs_machine(table("x", {}, {}).runs) == {}
+    assert runs_machine(table("x", {"cpu": cpu, "threads": 1}, {}).runs)["cpu"] == f"{cpu} (1 runs; the others recorded none)"
+    pub.publish("m", "mini", [table("m_mini_b", {}, {})], "cmd", {}, keep_others=True)
+    stamps = {t["experiment"]: t["verified"] for t in json.loads((tmp_path / "m_mini.json").read_text())["tables"]}
+    assert stamps["m_mini"]["cpu"] == cpu and "cpu" not in stamps["m_mini_b"]

@@ -106,7 +106,8 @@ def test_sampled_ranges_gate_and_slicing():
     (dict(saturation=-0.1), "saturation.*-0.1"), (dict(hue=0.6), "hue.*0.6"),
     (dict(grayscale_prob=1.5), "grayscale_prob.*1.5"), (dict(blur_prob=-1.0), "blur_prob.*-1.0"),
     (dict(blur_kernel=4), "blur_kernel.*4"), (dict(blur_prob=0.5), "blur_prob = 0.5 needs a blur_kernel"),
-    (dict(blur_sigma=(0.0, 2.0)), r"blur_sigma.*\(0.0, 2.0\)"), (dict(blur_sigma=(2.0, 1.0)), "blur_sigma")])
+    (dict(blur_sigma=(0.0, 2.0)), r"blur_sigma.*\(0.0, 2.0\)"), (dict(blur_sigma=(2.0, 1.0)), "blur_sigma"),
+    (dict(blur_sigma=1.5), r"blur_sigma must be \(min, max\), got 1.5")])
 def test_augment_refuses_bad_colour_and_blur_settings(bad, match):
     with pytest.raises(ValueError, match=match):
         Augment(**bad)
@@ -115,3 +116,20 @@ def test_augment_refuses_bad_colour_and_blur_settings(bad, match):
 def test_blur_kernel_larger_than_the_image_is_an_error():
     with pytest.raises(ValueError, match="kernel 9"):
         gaussian_blur(torch.rand(1, 3, 4, 4), torch.tensor([1.0]), torch.tensor([9]))
+
+
+def test_blur_runs_in_the_images_dtype_under_autocast_and_keeps_unblurred_rows_exactly():
+    """Under bf16 autocast (hardware=cuda's default) the convolution would return bf16, which cannot
+    be written back into float32 images; the blur switches autocast off and returns the float32
+    result it gives without autocast. Rows with sigma 0 come back bit for bit."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(5, 3, 16, 16, generator=g)
+    sigma, kernel = torch.tensor([0.0, 1.3, 0.0, 0.4, 2.0]), torch.full((5,), 7)
+    plain = gaussian_blur(x, sigma, kernel)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        auto = gaussian_blur(x, sigma, kernel)
+        p = sample_params(5, COLOUR, generator=torch.Generator().manual_seed(5))
+        views = apply(x, p)
+    assert auto.dtype == torch.float32 and torch.equal(auto, plain) and views.dtype == torch.float32
+    assert torch.equal(plain[0], x[0]) and torch.equal(plain[2], x[2]) and not torch.equal(plain[1], x[1])
+    assert gaussian_blur(x, torch.zeros(5), torch.full((5,), 1)) is x                  # kernel 1: nothing to do

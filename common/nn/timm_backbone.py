@@ -4,8 +4,10 @@
 this builds what timm already has unchanged, e.g. `resnet18` with the 7x7 stride-2 conv and the
 max-pool that the official SimCLR-style code uses on (Tiny)ImageNet. A config selects it with
 `backbone: {_target_: common.nn.timm_backbone.timm_backbone, name: resnet18}`.
-Kept in its own module: a line in backbones.py would change the recorded fingerprint of every
-table whose method imports it (BESA, Soft MoE, Intra-Fusion), for no change in their networks.
+Kept in its own module: backbones.py is in the code or runtime fingerprint of every table whose
+method imports it or whose config names `common.nn.build_backbone`, so a line there would make
+those tables stale for no change in their networks; this module is fingerprinted only by the
+configs that name it.
 """
 from __future__ import annotations
 
@@ -17,13 +19,17 @@ from common.config import UserError
 
 def timm_backbone(name: str, in_chans: int, img_size: int, **options) -> tuple[nn.Module, int]:
     """(module mapping images (N, C, H, W) -> (N, D), D): `timm.create_model(name)` without its
-    classifier. `img_size` is accepted for the backbone interface and unused: the convolutional nets
-    this serves are size-agnostic. `options` go to timm; null values are dropped (a row's reset)."""
+    classifier. A model with a patch embedding (a ViT) is built for `img_size`; convolutional nets
+    are size-agnostic. D is the width the model outputs without its classifier: `head_hidden_size`
+    where timm sets one (a pre-logits layer, e.g. MobileNetV3), else `num_features`. `options` go to
+    timm; null values are dropped (a row's reset)."""
     options = {k: v for k, v in options.items() if v is not None}
     if not timm.is_model(name):
         raise UserError(f"unknown timm model '{name}' (timm.list_models() lists them)", exit_code=2)
     try:
         model = timm.create_model(name, num_classes=0, in_chans=in_chans, **options)
+        if hasattr(model, "patch_embed") and "img_size" not in options:
+            model = timm.create_model(name, num_classes=0, in_chans=in_chans, img_size=img_size, **options)
     except TypeError as e:   # an option the model's constructor does not take
         raise UserError(f"timm model '{name}' does not take {sorted(options)}: {e}", exit_code=2) from e
-    return model, model.num_features
+    return model, getattr(model, "head_hidden_size", None) or model.num_features

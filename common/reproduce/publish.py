@@ -4,14 +4,12 @@ at the top of docs/reproductions.md and the methods table of README.md)."""
 from __future__ import annotations
 
 import json
-import platform
 import re
 from pathlib import Path
 
-import torch
-
 from common import results
 from common.reproduce.claims import PASS
+from common.reproduce.machine import runs_machine
 from common.reproduce.record import TableResult
 from common.reproduce.render import copy_figures, markdown, plot_curves
 
@@ -20,25 +18,6 @@ RESULTS_DIR = results.ROOT / "results"
 
 def stem(method: str, tier: str, held_out: bool) -> str:
     return f"{method}_{tier}" + ("_heldout" if held_out else "")
-
-
-def machine() -> dict:
-    """The CPU model and torch's thread count the tables of this process ran on. A training run's
-    floats move between CPU types and thread counts (the same code and seed gave mixreg's transformer
-    nmse 0.109 on one CPU type and 0.113 on another), so a recorded number that moves on a re-check is
-    attributable. Stamped per table here, not in `common.results.provenance`, which is in every
-    table's code fingerprint."""
-    cpu = ""
-    try:   # a virtual machine's model name can be as generic as "AMD EPYC": family and model tell the core
-        info = {}
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-        if "model name" in info:
-            cpu = f"{info['model name']} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
-    except OSError:
-        pass
-    return {"cpu": cpu or platform.processor() or platform.machine() or "unknown", "threads": torch.get_num_threads()}
 
 
 def publish(method: str, tier: str, tables: list[TableResult], command: str, fingerprints: dict,
@@ -63,14 +42,14 @@ def publish(method: str, tier: str, tables: list[TableResult], command: str, fin
         tables = sorted(tables + kept, key=lambda t: (t.experiment != f"{method}_{tier}", t.experiment))
     # per table: `--only` re-runs one table of a file, and the file's provenance would otherwise
     # restamp the tables it kept as if they had been verified now
-    stamp = {**{k: v for k, v in results.provenance().items() if k in ("git_sha", "time")}, **machine()}
+    stamp = {k: v for k, v in results.provenance().items() if k in ("git_sha", "time")}
     for t in fresh:
         name = t.experiment + ("_heldout" if held_out else "")
         plot = plot_curves(t.runs, RESULTS_DIR / f"{name}.png", name)
         t.plot = str(plot) if plot else None
         t.figures = [] if held_out else copy_figures(t.runs, t.experiment, RESULTS_DIR)
         t.fingerprint = fingerprints.get(t.experiment)
-        t.verified = stamp
+        t.verified = {**stamp, **runs_machine(t.runs)}
     text = markdown(method, tier, tables, command)
     key = stem(method, tier, held_out)
     (RESULTS_DIR / f"{key}.md").write_text(text)

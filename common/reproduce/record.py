@@ -8,7 +8,7 @@ import numpy as np
 
 from common.reproduce.claims import ClaimResult
 
-RUN_INFO = ("seed", "run_dir", "wall_s", "cpu_s")
+RUN_INFO = ("seed", "run_dir", "wall_s", "cpu_s", "cpu", "threads")   # cpu: the CPU model, cpu_s: CPU seconds
 
 
 @dataclass
@@ -16,7 +16,7 @@ class TableResult:
     experiment: str
     seeds: list[int]
     metrics: list[str]                                 # the columns the config asks for
-    runs: dict[str, list[dict]]                        # row -> one dict per seed (seed, run_dir, wall_s, metrics)
+    runs: dict[str, list[dict]]                        # row -> one dict per seed (RUN_INFO, metrics)
     claims: list[ClaimResult] = field(default_factory=list)
     known_failures: list[ClaimResult] = field(default_factory=list)
     paper: dict | None = None
@@ -26,7 +26,7 @@ class TableResult:
     figures: list[str] = field(default_factory=list)
     plot: str | None = None
     held_out: bool = False                             # run with --seeds other than the config's
-    verified: dict | None = None                       # {git_sha, time, cpu, threads} of the run that made this table
+    verified: dict | None = None                       # {git_sha, time} of the publication, {cpu, threads} of its runs
 
     def per_seed(self) -> dict[str, dict[str, list[float]]]:
         """row -> metric -> values in seed order (what claims are judged on)."""

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from common.config import CONFIG_DIR, UserError
 from common.reproduce.claims import MIN_SEEDS, judge
 from common.reproduce.fingerprint import code_hash, config_targets, runtime_hash
+from common.reproduce.machine import machine
 from common.reproduce.record import RUN_INFO, TableResult
 from common.runner import run_method
 
@@ -39,8 +40,8 @@ def run_settings(cfg) -> dict:
     return {k: v for k, v in settings.items() if k not in _NOT_RUN_SETTINGS}
 
 
-def _cached(cfg, code: str, runtime: str) -> tuple[dict, float | None, float | None] | None:
-    """(metrics, wall seconds, CPU seconds) of an earlier run with the same resolved run settings and
+def _cached(cfg, code: str, runtime: str) -> tuple[dict, float | None, float | None, dict] | None:
+    """(metrics, wall seconds, CPU seconds, {cpu, threads} or {}) of an earlier run with the same resolved run settings and
     the same code hash and run-machinery hash (editing a claim or the paper's numbers does not
     invalidate runs; editing the method, a `common/` module it imports, the trainer or runner does;
     a run recorded before the run machinery was hashed is judged on its code alone)."""
@@ -52,7 +53,7 @@ def _cached(cfg, code: str, runtime: str) -> tuple[dict, float | None, float | N
         if timing.get("code") != code or timing.get("runtime", runtime) != runtime:
             return None
         metrics = json.loads((run_dir / "metrics.json").read_text())
-        return metrics, timing.get("wall_s"), timing.get("cpu_s")
+        return metrics, timing.get("wall_s"), timing.get("cpu_s"), {k: timing[k] for k in ("cpu", "threads") if k in timing}
     except (OSError, KeyError, ValueError):
         return None
 
@@ -120,14 +121,15 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
                 start, cpu_start = time.perf_counter(), time.process_time()
                 metrics = run_method(cfg)
                 wall, cpu, status = time.perf_counter() - start, time.process_time() - cpu_start, "ran"
+                where = machine(cfg.hardware.get("threads"))
                 (Path(cfg.run_dir) / "timing.json").write_text(json.dumps({"wall_s": wall, "cpu_s": cpu, "code": code,
-                                                                                  "runtime": runtime}) + "\n")
+                                                                                  "runtime": runtime, **where}) + "\n")
             else:
-                (metrics, wall, cpu), status = hit, "cached"
+                (metrics, wall, cpu, where), status = hit, "cached"
             log(f"[{experiment}] {row} seed={seed} ({status}{f', {wall:.0f} s' if wall else ''}): "
                 + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
             runs.setdefault(row, []).append({"seed": seed, "run_dir": cfg.run_dir, "wall_s": wall, "cpu_s": cpu,
-                                             **metrics})
+                                             **where, **metrics})
     runs = expand_rows(runs)
     table = TableResult(experiment=experiment, seeds=seeds, metrics=list(base.table.metrics), runs=runs,
                         paper=OmegaConf.to_container(base.paper) if base.paper else None,

@@ -17,6 +17,7 @@ in torchvision.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, fields
 
 import torch
@@ -41,7 +42,10 @@ class Augment:
     blur_sigma: tuple[float, float] = (0.1, 2.0)   # ... sigma uniform in this range
 
     def __post_init__(self):
-        object.__setattr__(self, "blur_sigma", tuple(float(s) for s in self.blur_sigma))  # YAML gives a list
+        try:   # YAML gives a list
+            object.__setattr__(self, "blur_sigma", tuple(float(s) for s in self.blur_sigma))
+        except TypeError:
+            raise ValueError(f"Augment.blur_sigma must be (min, max), got {self.blur_sigma!r}") from None
         for name in ("min_scale", "flip_prob", "jitter_prob", "grayscale_prob", "blur_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"Augment.{name} must be in [0, 1], got {getattr(self, name)}")
@@ -181,28 +185,40 @@ def grayscale(images: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
     return torch.where(on.view(-1, 1, 1, 1), luma(images).expand_as(images), images)
 
 
+def autocast_off(device_type: str):
+    """A context that switches autocast off where it is on; a no-op elsewhere (torch refuses to
+    query or disable autocast on devices without it, such as meta)."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:
+        enabled = False
+    return torch.autocast(device_type, enabled=False) if enabled else nullcontext()
+
+
 def gaussian_blur(images: torch.Tensor, sigma: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """Per-sample sigma (N,) (0 = not blurred) and odd kernel size (N,): torchvision gaussian_blur
     (separable kernel exp(-x²/2σ²) normalised, reflect padding). Kernels of different sizes are
     zero-padded to the largest, which changes no output (the reflected pixels a tap reads do not
-    depend on the padding width)."""
-    on = sigma > 0
-    if not bool(on.any()):
+    depend on the padding width). The whole batch goes through one grouped convolution (rows with
+    σ = 0 are returned as they are): no boolean indexing, so one host sync (the largest kernel size).
+    Computed in the images' dtype with autocast off: under autocast the convolution would come back
+    in bf16/fp16."""
+    n, c, h, w = images.shape
+    half = int(kernel.max()) // 2
+    if half == 0:
         return images
-    x, s, ks = images[on], sigma[on].to(images.dtype), kernel[on]
-    n, c, h, w = x.shape
-    half = int(ks.max()) // 2
     if half >= min(h, w):
         raise ValueError(f"gaussian_blur kernel {2 * half + 1} needs images larger than {h}x{w}")
-    taps = torch.arange(-half, half + 1, dtype=images.dtype, device=images.device)
-    weight = torch.exp(-0.5 * (taps / s[:, None]) ** 2) * (taps.abs() <= (ks[:, None] // 2))   # (n, K)
-    weight = (weight / weight.sum(dim=1, keepdim=True)).repeat_interleave(c, dim=0)           # (n c, K)
-    y = F.pad(x.reshape(1, n * c, h, w), (half, half, half, half), mode="reflect")
-    y = F.conv2d(y, weight.view(n * c, 1, 1, -1), groups=n * c)            # along W
-    y = F.conv2d(y, weight.view(n * c, 1, -1, 1), groups=n * c)            # along H
-    out = images.clone()
-    out[on] = y.view(n, c, h, w)
-    return out
+    on = sigma > 0
+    with autocast_off(images.device.type):
+        taps = torch.arange(-half, half + 1, dtype=images.dtype, device=images.device)
+        s = torch.where(on, sigma, torch.ones_like(sigma)).to(images.dtype)[:, None]   # no 0/0 for σ = 0 rows
+        weight = torch.exp(-0.5 * (taps / s) ** 2) * (taps.abs() <= (kernel[:, None] // 2))       # (N, K)
+        weight = (weight / weight.sum(dim=1, keepdim=True)).repeat_interleave(c, dim=0)           # (N c, K)
+        y = F.pad(images.reshape(1, n * c, h, w), (half, half, half, half), mode="reflect")
+        y = F.conv2d(y, weight.view(n * c, 1, 1, -1), groups=n * c)        # along W
+        y = F.conv2d(y, weight.view(n * c, 1, -1, 1), groups=n * c)        # along H
+    return torch.where(on.view(-1, 1, 1, 1), y.view(n, c, h, w), images)
 
 
 def apply(images: torch.Tensor, p: AugParams) -> torch.Tensor:

@@ -20,8 +20,9 @@ BASE_LOSSES = ("infonce", "uniformity")
 
 @dataclass
 class Views:
-    """One augmentation per sample: the shared crop/flip/brightness/contrast parameters and a
-    hue rotation angle in radians (N,), all zeros without colour jitter."""
+    """One augmentation per sample: the shared `common.ssl` parameters (crop, flip, brightness,
+    contrast and, where set, saturation, hue, grayscale, blur) and CARE's own hue rotation angle in
+    radians (N,), all zeros without it."""
     aug: AugParams
     hue: torch.Tensor
 
@@ -48,7 +49,8 @@ def sample_views(n: int, augment: Augment, hue: float = 0.0, device="cpu",
 
 def augment_images(x: torch.Tensor, views: Views) -> torch.Tensor:
     """Float images (N, C, H, W) in [0, 1] -> their views: the hue shift (when there is one;
-    RGB only), then crop, flip, brightness and contrast (`common.ssl.apply`)."""
+    RGB only), then `common.ssl.apply`: crop, flip, brightness, contrast and the colour ops and blur
+    that the `Augment` sets."""
     if bool(views.hue.any()):
         x = rotate_hue(x, views.hue)
     return apply(x, views.aug)
@@ -77,6 +79,9 @@ class CARE(ContrastiveModel):
             raise ValueError(f"base_loss must be one of {BASE_LOSSES}, got '{base_loss}'")
         if not 0.0 <= hue <= 0.5:
             raise ValueError(f"hue must be in [0, 0.5] (a fraction of a turn either way), got {hue}")
+        if hue > 0 and self.augment.hue > 0:
+            raise ValueError(f"hue is set twice: CARE's hue rotation (hue = {hue}) and augment.hue = "
+                             f"{self.augment.hue}; set one of them to 0")
         self.equi_weight, self.chunks, self.base_loss, self.hue = equi_weight, chunks, base_loss, hue
 
     def sample_views(self, n: int, device="cpu", generator: torch.Generator | None = None) -> Views:

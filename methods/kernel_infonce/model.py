@@ -5,6 +5,7 @@ import torch
 
 from common.hardware import gather_with_grad
 from common.ssl import Augment, ContrastiveModel, two_views
+from common.ssl.augment import autocast_off
 from methods.kernel_infonce.loss import KERNELS, _check_kernel, kernel_infonce, kernel_loss_sum
 
 OBJECTIVES = KERNELS + ("loss_sum",)
@@ -51,7 +52,7 @@ class KernelInfoNCE(ContrastiveModel):
         ~5e-3, which d^gamma with gamma < 2 and a small tau amplify (the official code computes its
         distances with cdist/norm, which fp16 autocast runs in float32). float64 stays float64."""
         dtype = torch.promote_types(z1.dtype, torch.float32)
-        with torch.autocast(z1.device.type, enabled=False):
+        with autocast_off(z1.device.type):
             z1, z2 = z1.to(dtype), z2.to(dtype)
             if self.kernel == "loss_sum":
                 return kernel_loss_sum(z1, z2, self.temperature, self.gamma, self.loss_sum_weight)

@@ -25,9 +25,9 @@ def view_features(features_fn: Callable, images: torch.Tensor, views: int, augme
                   batch_size: int = 1024) -> torch.Tensor:
     """(V, N, D) features of `views` augmented copies of uint8 `images` (N, C, H, W).
 
-    features_fn maps float images in [0, 1] (B, C, H, W) to (B, D); `augment` holds the
-    ranges of common.ssl.sample_params (min_scale, flip_prob, jitter_prob, brightness,
-    contrast). The parameters are drawn from a generator seeded with `seed`."""
+    features_fn maps float images in [0, 1] (B, C, H, W) to (B, D); `augment` is a
+    `common.ssl.Augment` (the ranges `common.ssl.sample_params` draws from). The parameters are
+    drawn from a generator seeded with `seed`."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(views):

@@ -28,3 +28,11 @@ def test_a_null_option_is_dropped_and_a_bad_one_or_name_is_a_user_error():
         timm_backbone("resnet18", in_chans=3, img_size=64, width=8)
     with pytest.raises(UserError, match="unknown timm model 'resnet_nope'"):
         timm_backbone("resnet_nope", in_chans=3, img_size=64)
+
+
+@pytest.mark.parametrize("name, size", [("mobilenetv3_small_100", 32), ("vit_tiny_patch16_224", 64)])
+def test_the_width_is_what_the_model_outputs_and_a_vit_is_built_for_the_image_size(name, size):
+    """MobileNetV3 has a pre-logits layer (num_features 576, output 1024); a ViT takes img_size."""
+    model, feat = timm_backbone(name, in_chans=3, img_size=size)
+    with torch.no_grad():
+        assert model.eval()(torch.rand(2, 3, size, size)).shape == (2, feat)
