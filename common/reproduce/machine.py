@@ -6,11 +6,13 @@ Recorded per run (timing.json) and summarised per table in its `verified` stamp;
 from __future__ import annotations
 
 import platform
+from functools import cache
 from pathlib import Path
 
 import torch
 
 
+@cache   # read once per process, not once per run
 def cpu_model() -> str:
     """'<model name> (family F, model M)' from /proc/cpuinfo (a virtual machine's model name can be
     as generic as "AMD EPYC": family and model tell the core), else what platform knows."""
