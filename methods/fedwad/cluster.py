@@ -1,8 +1,9 @@
 """Clustered federated learning (official `fedavg_expe.py`, setting "class_clustered"): clients
 are grouped by their FedWaD-OTDD distances, then each group trains its own model by FedAvg
-(`common.tasks.federated`). Rows: global (one FedAvg over all clients), fedwad, random (random
-groups of fedwad's sizes), oracle (the true pairs), label_hist (groups from shared label
-histograms); metrics acc (mean local test accuracy, %) and ari (against the true pairs)."""
+(`common.tasks.federated`). Rows: global_model (one FedAvg over all clients; the issue's `global`
+is a Python keyword, which a claim cannot name), fedwad, random (random groups of fedwad's
+sizes), oracle (the true pairs), label_hist (groups from shared label histograms); metrics acc
+(mean local test accuracy, %) and ari (against the true pairs)."""
 from __future__ import annotations
 
 from itertools import combinations
@@ -41,7 +42,7 @@ def clusterings(clients, truth, c, estimator, seed: int, log) -> dict[str, np.nd
     random = np.random.default_rng([seed, 3]).permutation(fed)
     log({"distance": distance.tolist(), "fedwad_clusters": fed.tolist(), "random_clusters": random.tolist(),
          "label_hist_clusters": hist.tolist()}, 0)
-    return {"global": np.zeros(len(clients), dtype=int), "fedwad": fed, "random": random, "oracle": truth,
+    return {"global_model": np.zeros(len(clients), dtype=int), "fedwad": fed, "random": random, "oracle": truth,
             "label_hist": hist}
 
 
@@ -84,7 +85,7 @@ def run_cluster(ctx, cfg, estimator) -> dict[str, float]:
     train = pooled_images(cfg.dataset, "train", c.pool)
     test = pooled_images(cfg.dataset, "test", c.pool)
     clients, truth = class_pair_clients(train, test, [list(p) for p in c.pairs], c.clients_per_pair,
-                                        c.train_per_client, c.test_per_client, ctx.seed)
+                                        c.train_per_client, c.test_per_client, ctx.seed, c.eval_split)
     fed_cfg = cfg.method.federated
     if fed_cfg.num_clients != len(clients):
         raise ValueError(f"method.federated.num_clients={fed_cfg.num_clients} but the class pairs give "

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import common.data.mnist_full  # noqa: F401  (registers `mnist` for the paper tier)
 from common import data
 from common.federated import dirichlet_partition
 
@@ -48,15 +49,22 @@ def dirichlet_clients(x: np.ndarray, y: np.ndarray, num_images: int, num_clients
 
 def class_pair_clients(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
                        pairs: list[list[int]], clients_per_pair: int, n_train: int, n_test: int,
-                       seed: int) -> tuple[list[dict], np.ndarray]:
+                       seed: int, eval_split: str = "test") -> tuple[list[dict], np.ndarray]:
     """Per pair of classes, `clients_per_pair` clients, each with `n_train` training and `n_test`
-    test images of that pair (disjoint, drawn with the seed). Returns the clients
-    ({x, y, x_test, y_test}) and their true cluster (the pair's index)."""
+    evaluation images of that pair (disjoint, drawn with the seed): from the test split, or with
+    `eval_split="val"` from training images no client trains on (the pilot's split). Returns the
+    clients ({x, y, x_test, y_test}) and their true cluster (the pair's index)."""
+    if eval_split not in ("test", "val"):
+        raise ValueError(f"eval_split must be test or val, got {eval_split!r}")
+    if eval_split == "val":
+        test = train
     rng = np.random.default_rng([seed, 2])
     clients, truth = [], []
     for p, classes in enumerate(pairs):
         tr = rng.permutation(np.flatnonzero(np.isin(train[1], classes)))
         te = rng.permutation(np.flatnonzero(np.isin(test[1], classes)))
+        if eval_split == "val":   # the images after the clients' training images
+            te = tr[clients_per_pair * n_train:]
         if len(tr) < clients_per_pair * n_train or len(te) < clients_per_pair * n_test:
             raise ValueError(f"classes {classes} have {len(tr)} training / {len(te)} test images, fewer than "
                              f"{clients_per_pair} clients x ({n_train}, {n_test})")
