@@ -52,6 +52,12 @@ def check_federated(fed_cfg, where: str = "method.federated") -> None:
                         f"num_clients={values['num_clients']}", exit_code=2)
 
 
+def _curve_row(row: dict) -> dict:
+    """A history row as the curve logs it: `loss` beside `train/loss`, the key the smoke tests and
+    plots read from every run's JSONL."""
+    return {**row, "loss": row["train/loss"]} if "train/loss" in row else row
+
+
 def federated(ctx, models: Mapping[str, torch.nn.Module], client_sizes, local_update: Callable,
               evaluate: Callable[[Mapping, int], dict], fed_cfg, *, stage: str | None = None,
               clients_per_round: int | None = None, server_update: Callable | None = None) -> dict[str, float]:
@@ -73,7 +79,7 @@ def federated(ctx, models: Mapping[str, torch.nn.Module], client_sizes, local_up
         history = federated_fit(models, client_sizes, local_update, rounds=int(fed_cfg.rounds),
                                 clients_per_round=per_round, seed=ctx.seed, weighting=str(fed_cfg.weighting),
                                 evaluate=evaluate, eval_every=int(fed_cfg.eval_every),
-                                log=lambda row, step: logger.log(row, step),
+                                log=lambda row, step: logger.log(_curve_row(row), step),
                                 ckpt_path=ckpt_path, ckpt_every=int(fed_cfg.ckpt_every),
                                 resume=ctx.resume, server_update=server_update)
     finally:
