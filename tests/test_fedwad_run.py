@@ -97,4 +97,4 @@ def test_speed_benchmark_rows():
 
     r = row(40, repeats=1)
     assert r["small"]["floats_sent"] == 10 * 50 and r["full"]["floats_kept"] == 40 * 50
-    assert r["small"]["rel_err"] >= -1e-9 and r["full"]["rel_err"] >= -1e-9     # upper bounds
+    assert all(r[k]["rel_err"] >= -1e-9 for k in ("small", "full", "small_random_t", "full_random_t"))   # upper bounds
