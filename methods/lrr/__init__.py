@@ -10,7 +10,8 @@ from methods.lrr.model import LeNet300100, ResNetClassifier
 from methods.lrr.pruning import (apply_masks, global_magnitude_masks, keep_masked, measured_sparsity,
                                  prunable_weights, random_masks, sign_flip_fraction, sparsity_schedule)
 from methods.lrr.rounds import MASK_FNS, METHODS, iterative_pruning, rewind_to, sign_experiment
-from methods.lrr.stages import Snapshot, standardize, pruning_experiment, single_neuron_experiment
+from methods.lrr.stages import (ROUND_EPOCHS, Snapshot, pruning_experiment, round_steps, single_neuron_experiment,
+                                standardize)
 from methods.lrr.theory import (gradient_descent, single_neuron_compare, single_neuron_data, single_neuron_grads,
                                 single_neuron_loss, single_neuron_run)
 from methods.lrr.train import accuracy, to_inputs, train_sgd
@@ -35,9 +36,10 @@ def run(cfg, ctx) -> dict[str, float]:
     m = cfg.method
     if m.experiment not in EXPERIMENTS:
         raise UserError(f"method.experiment must be one of {EXPERIMENTS}, got '{m.experiment}'", exit_code=2)
-    if m.procedure not in METHODS or m.mask_fn not in MASK_FNS:
-        raise UserError(f"method.procedure must be one of {METHODS} and method.mask_fn one of {MASK_FNS}, "
-                        f"got '{m.procedure}' and '{m.mask_fn}'", exit_code=2)
+    if m.procedure not in METHODS or m.mask_fn not in MASK_FNS or m.round_epochs not in ROUND_EPOCHS:
+        raise UserError(f"method.procedure must be one of {METHODS}, method.mask_fn one of {MASK_FNS} and "
+                        f"method.round_epochs one of {ROUND_EPOCHS}, got '{m.procedure}', '{m.mask_fn}' and "
+                        f"'{m.round_epochs}'", exit_code=2)
     if m.experiment == "single_neuron":
         return single_neuron_experiment(ctx.seed, m.procedure, **m.single_neuron)
     splits = data.image_splits(cfg.dataset)
@@ -45,10 +47,10 @@ def run(cfg, ctx) -> dict[str, float]:
     return pruning_experiment(ctx, build(cfg), train, test, procedure=m.procedure, mask_fn=m.mask_fn,
                               num_rounds=m.num_rounds, prune_fraction=m.prune_fraction,
                               rewind_steps=m.rewind_steps, sign_experiment=m.sign_experiment,
-                              eval_batch_size=cfg.eval.batch_size)
+                              eval_batch_size=cfg.eval.batch_size, round_epochs=m.round_epochs)
 
 
-__all__ = ["EXPERIMENTS", "LeNet300100", "ResNetClassifier", "standardize", "MASK_FNS", "METHODS", "Snapshot", "accuracy", "build", "pruning_experiment", "run", "single_neuron_experiment", "apply_masks", "global_magnitude_masks",
+__all__ = ["EXPERIMENTS", "ROUND_EPOCHS", "round_steps", "LeNet300100", "ResNetClassifier", "standardize", "MASK_FNS", "METHODS", "Snapshot", "accuracy", "build", "pruning_experiment", "run", "single_neuron_experiment", "apply_masks", "global_magnitude_masks",
            "gradient_descent", "iterative_pruning", "keep_masked", "measured_sparsity", "prunable_weights",
            "random_masks", "rewind_to", "sign_experiment", "sign_flip_fraction", "single_neuron_compare",
            "single_neuron_data", "single_neuron_grads", "single_neuron_loss", "single_neuron_run",

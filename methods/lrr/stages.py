@@ -7,12 +7,13 @@ from __future__ import annotations
 import copy
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from common.callbacks import Callback
 from common.eval import model_accuracy
-from methods.lrr.pruning import keep_masked, prunable_weights
-from methods.lrr.rounds import iterative_pruning, rewind_to
+from methods.lrr.pruning import prunable_weights, sign_flip_fraction
+from methods.lrr.rounds import iterative_pruning, sign_experiment as sign_rounds
 from methods.lrr.theory import single_neuron_compare
 
 
@@ -37,44 +38,76 @@ class Snapshot(Callback):
             self.state = copy.deepcopy(self.model.state_dict())
 
 
-def round_trainer(ctx, inputs: torch.Tensor, labels: torch.Tensor):
-    """train(model, stage, round_index, callbacks): `trainer.max_steps` steps of the shared loop,
-    a new optimizer and schedule each call; round k reads epoch k of the seeded batch order
-    (the sign experiment re-reads the last round's)."""
-    sampler = ctx.sampler(len(labels))
-    steps = int(ctx.cfg.trainer.max_steps)
+ROUND_EPOCHS = ("fixed", "cumulative")
 
-    def train(model: nn.Module, stage: str, round_index: int, callbacks=()) -> dict:
+
+def round_steps(base_steps: int, round_index: int, round_epochs: str) -> int:
+    """Steps of round `round_index`: `base_steps` for every round ('fixed'), or (k + 1)·base_steps
+    for pruning round k ('cumulative': round k trains as long as LRR's weights have trained in
+    total by the end of round k, the dense round included; round 0 is base_steps either way)."""
+    if round_epochs not in ROUND_EPOCHS:
+        raise ValueError(f"round_epochs must be one of {ROUND_EPOCHS}, got '{round_epochs}'")
+    return base_steps * (round_index + 1 if round_epochs == "cumulative" and round_index > 0 else 1)
+
+
+def round_trainer(ctx, inputs: torch.Tensor, labels: torch.Tensor, round_epochs: str = "fixed"):
+    """train(model, stage, round_index, callbacks, steps=None): `round_steps(trainer.max_steps, k,
+    round_epochs)` steps of the shared loop (or `steps`), a new optimizer and a full cosine schedule
+    each call; round k reads the seeded batch order from step k·trainer.max_steps on (the sign
+    experiment re-reads the last round's)."""
+    sampler = ctx.sampler(len(labels))
+    base = int(ctx.cfg.trainer.max_steps)
+
+    def train(model: nn.Module, stage: str, round_index: int, callbacks=(), steps: int | None = None) -> dict:
+        n = round_steps(base, round_index, round_epochs) if steps is None else int(steps)
+
         def batches(step: int):
-            idx = sampler(round_index * steps + step)
+            idx = sampler(round_index * base + step)
             return inputs[idx].to(ctx.device), labels[idx].to(ctx.device)
-        trainer = ctx.trainer(model, batches, callbacks=callbacks, stage=stage)
+        cfg = ctx.cfg.trainer if n == base else OmegaConf.merge(ctx.cfg.trainer, {"max_steps": n})
+        trainer = ctx.trainer(model, batches, callbacks=callbacks, stage=stage, trainer_cfg=cfg)
         last = trainer.fit(resume=False)       # rounds are short and keep no checkpoint
         ctx.last_step += trainer.step
         return {"train_loss": float(last["loss"])} if "loss" in last else {}
     return train
 
 
+def weight_signs(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of every prunable weight (module name -> tensor)."""
+    return {n: w.detach().clone() for n, w in prunable_weights(model).items()}
+
+
+def state_weights(model: nn.Module, state: dict) -> dict[str, torch.Tensor]:
+    """The prunable weights held in a state_dict (module name -> tensor)."""
+    return {n: state[f"{n}.weight"] for n in prunable_weights(model)}
+
+
 def pruning_experiment(ctx, model: nn.Module, train: tuple, test: tuple, *, procedure: str, mask_fn: str,
                        num_rounds: int, prune_fraction: float, rewind_steps: int, sign_experiment: bool,
-                       eval_batch_size: int) -> dict[str, float]:
+                       eval_batch_size: int, round_epochs: str = "fixed") -> dict[str, float]:
     """Dense round 0 (θ_rw snapshot after `rewind_steps` steps), then rounds 1..R of `procedure`
-    ('imp' | 'lrr') with `mask_fn` masks; test accuracy after every round (acc_dense, acc_r1..R,
-    acc_final), sign flips early/late (mean over the first / last min(3, R) rounds), the
-    measured sparsity; with `sign_experiment`, one more round from θ_rw ⊙ m (acc_sign_a) and
-    |θ_rw| ⊙ sign(θ_final) ⊙ m (acc_sign_b) with the final masks."""
-    fit = round_trainer(ctx, *train)
+    ('imp' | 'lrr') with `mask_fn` masks, each `round_steps(...)` long; test accuracy after every
+    round (acc_dense, acc_r1..R, acc_final); sign flips: flips_r0 (the share of round 1's kept
+    weights whose sign at the start of round 1, θ_dense for LRR and θ_rw for IMP, differs from
+    the init θ_0: the dense round's flips the procedure keeps), flips_early / flips_late (mean over
+    the first / last min(3, R) rounds of each round's flips from its start to its end); the
+    measured sparsity. With `sign_experiment`: `rounds.sign_experiment` with the final masks,
+    θ_rw and the final weights' signs, one round of trainer.max_steps on round R's batches:
+    (a) θ_rw ⊙ m -> acc_sign_a, (b) |θ_rw| ⊙ sign(θ_final) ⊙ m -> acc_sign_b."""
+    fit = round_trainer(ctx, *train, round_epochs=round_epochs)
     model = model.to(ctx.device)
 
     def acc(m: nn.Module) -> float:
         return model_accuracy(m, test, eval_batch_size, ctx.device)
 
+    init = weight_signs(model)
     snap = Snapshot(model, rewind_steps)
     fit(model, "round00", 0, [snap])
     if snap.state is None:
         raise ValueError(f"method.rewind_steps={rewind_steps} is past the dense round's "
                          f"{ctx.cfg.trainer.max_steps} steps")
     out = {"acc_dense": acc(model)}
+    dense = weight_signs(model)
     gen = torch.Generator().manual_seed(ctx.seed)
 
     def train_fn(m: nn.Module, k: int) -> dict:
@@ -88,18 +121,20 @@ def pruning_experiment(ctx, model: nn.Module, train: tuple, test: tuple, *, proc
     for rec in history:
         ctx.log({"acc": rec["acc"], "sparsity": rec["sparsity"], "sign_flips": rec["sign_flips"]}, rec["round"])
         out[f"acc_r{rec['round']}"] = rec["acc"]
+    start = state_weights(model, snap.state) if procedure == "imp" else dense
     window = min(3, num_rounds)
     flips = [rec["sign_flips"] for rec in history]
     out.update(acc_final=history[-1]["acc"], sparsity=history[-1]["sparsity"],
+               flips_r0=sign_flip_fraction(init, start, history[0]["masks"]),
                flips_early=sum(flips[:window]) / window, flips_late=sum(flips[-window:]) / window)
     if sign_experiment:
-        masks = history[-1]["masks"]
-        signs = {n: w.detach().clone() for n, w in prunable_weights(model).items()}
-        for key, s in (("a", None), ("b", signs)):
-            rewind_to(model, snap.state, masks, s)
-            with keep_masked(model, masks):
-                fit(model, f"sign_{key}", num_rounds)
-            out[f"acc_sign_{key}"] = acc(model)
+        stages = iter(("sign_a", "sign_b"))
+
+        def sign_fn(m: nn.Module, k: int) -> dict:
+            fit(m, next(stages), k, steps=ctx.cfg.trainer.max_steps)
+            return {"acc": acc(m)}
+        result = sign_rounds(model, sign_fn, snap.state, history[-1]["masks"], weight_signs(model), num_rounds)
+        out.update(acc_sign_a=result["a"]["acc"], acc_sign_b=result["b"]["acc"])
     return out
 
 

@@ -24,7 +24,8 @@ def scores(reconstructed, truth) -> dict[str, float]:
 def run(cfg, ctx) -> dict[str, float]:
     """Split (or load) a training and a query hypergraph, fit SHyRe (`method.model`) and the
     baselines on the training one, reconstruct the query hypergraph from its projection alone;
-    `<procedure>_{precision,recall,f1,jaccard}` per procedure, and the candidate counts."""
+    `<procedure>/{precision,recall,f1,jaccard}` per procedure (a sub-row per procedure of the
+    reproduce tables: `shyre`, `max_clique`, `clique_cover`, ...), and the candidate counts."""
     m = cfg.method
     unknown = sorted(set(m.baselines) - set(BASELINES))
     if unknown:
@@ -49,7 +50,7 @@ def run(cfg, ctx) -> dict[str, float]:
         else:
             found[name] = instantiate(m.model, seed=ctx.seed, budget=0).fit(train).reconstruct(graph)
     for name, hyperedges in found.items():
-        out |= {f"{name}_{metric}": value for metric, value in scores(hyperedges, truth).items()}
+        out |= {f"{name}/{metric}": value for metric, value in scores(hyperedges, truth).items()}
     return out
 
 

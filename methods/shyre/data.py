@@ -2,8 +2,10 @@
 
 - `hypergraphs` (mini tier): one hypergraph (a shared HyperGCN hypergraph, or the synthetic
   generator of common/data/hypergraphs.py), its unique hyperedges split per seed.
-- `official` (paper tier): the official repository's fixed pair data/<name>/{train,test}.txt
-  (one hyperedge per line, vertex ids separated by spaces), sha256-checked.
+- `official` (the mini tier's headline table and the paper tier): the official repository's
+  fixed pair data/<name>/{train,test}.txt (one hyperedge per line, vertex ids separated by
+  spaces), sha256-checked; found under the data root, then in the shared offline copy
+  (../shared/data/hypergraph_reconstruction beside the project), else downloaded.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from common.data.hypergraphs import load_hypergraph, synthetic_hypergraph
 from methods.shyre.hypergraph import split_hyperedges
 
 COMMIT = "250a00ff7a5173f46917b7b51c927796405ce5aa"
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "hypergraph_reconstruction"
 URL = f"https://raw.githubusercontent.com/Abel0828/supervised_hypergraph_reconstruction/{COMMIT}/data/"
 # name -> (train.txt, test.txt) sha256, computed from the repository's git objects at COMMIT
 SHA256 = {
@@ -43,12 +46,13 @@ def read_hyperedges(path: str | Path) -> list[frozenset]:
 
 
 def official_pair(name: str, root: str | Path = "data", download: bool = False) -> tuple[list, list]:
-    """(training, query) hyperedges of an official dataset: <root>/hypergraph_reconstruction/<name>."""
+    """(training, query) hyperedges of an official dataset: <root>/hypergraph_reconstruction/<name>,
+    else the shared offline copy SHARED/<name>, else the download (when allowed)."""
     if name not in SHA256:
         raise UserError(f"unknown reconstruction dataset '{name}'. Available: {', '.join(sorted(SHA256))}.",
                         exit_code=2)
     files = dict(zip(("train.txt", "test.txt"), SHA256[name]))
-    folder = find_or_fetch(name, [Path(root) / "hypergraph_reconstruction" / name], files, f"{URL}{name}/",
+    folder = find_or_fetch(name, [Path(root) / "hypergraph_reconstruction" / name, SHARED / name], files, f"{URL}{name}/",
                            download, f"python scripts/train.py ... dataset.download=true (fetches {URL}{name}/)")
     return read_hyperedges(folder / "train.txt"), read_hyperedges(folder / "test.txt")
 
