@@ -22,12 +22,12 @@ def _controls(c: ClaimResult) -> str:
     """Each control version's status, e.g. "control ridge: FAIL (margin -0.08 [-0.11, -0.05])"."""
     if c.no_control:
         return f" No control: {c.no_control}."
-    parts = [f"control {d['control']}: {d['status']} ({_interval(ClaimResult(**{**_BLANK, **d}))})"
-             for d in c.controls]
+    parts = [f"control {d['control']}: {d['status']} ({_interval(_as_result(d))})" for d in c.controls]
     return (" " + "; ".join(parts) + ".") if parts else ""
 
 
-_BLANK = dict(claim="", status="", margin=0.0, low=0.0, high=0.0, values="", per_seed=[], seeds_needed=None)
+def _as_result(d: dict) -> ClaimResult:
+    return ClaimResult(d["claim"], d["status"], d["margin"], d["low"], d["high"], "", [], None)
 
 
 def claim_line(c: ClaimResult, known: bool = False) -> str:
