@@ -17,6 +17,7 @@ from methods.unsup_pretrain.mixture import GaussianMixtureTask, logistic_classif
 from methods.unsup_pretrain.moments import ppca_from_scatter, prefix_ppca
 from methods.unsup_pretrain.plots import crossover_vs_labeled, excess_vs_unlabeled
 
+TRAINS_NO_NETWORK = True   # build(cfg) returns the synthetic task (tests/test_build.py builds networks on meta)
 EXPERIMENTS = {"factor": FactorModel, "rates": FactorModel, "gmm": GaussianMixtureTask}
 
 

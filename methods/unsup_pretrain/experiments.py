@@ -118,11 +118,11 @@ def rate_metrics(curves: dict[str, np.ndarray], *, labeled: list[int], unlabeled
 
 def gmm_experiment(task: GaussianMixtureTask, *, labeled: int, unlabeled: int, test_points: int, replicates: int,
                    seed: int, em_inits: int, logistic_c: float, cv_cs: int, cv_folds: int) -> dict[str, float]:
-    """`<row>/excess_error`: test error minus the Bayes rule's error on the same test points, averaged
+    """`<row>/excess_error`: test error minus the Bayes rule's error on the same test points (and
+    `<row>/error`, with `bayes/error` the Bayes rule's own), averaged
     over replicates: EM on unlabeled x then logistic regression on the responsibilities (pretrain_em),
     the same on column-shuffled unlabeled x and on the labeled x alone, and logistic regression on x."""
-    excess = {row: [] for row in GMM_ROWS}
-    bayes = []
+    errors = {row: [] for row in (*GMM_ROWS, "bayes")}
     for rep in range(replicates):
         rng = replicate_rng(seed, rep)
         x, y, _ = task.sample(labeled, rng)
@@ -135,10 +135,9 @@ def gmm_experiment(task: GaussianMixtureTask, *, labeled: int, unlabeled: int, t
             "pretrain_em_shuffled": pretrain_em_classifier(shuffled, x, y, task.components, em_inits=em_inits, c=logistic_c, seed=em_seed),
             "pretrain_em_labeled_only": pretrain_em_classifier(x, x, y, task.components, em_inits=em_inits, c=logistic_c, seed=em_seed),
             "logistic": logistic_classifier(x, y, cs=cv_cs, folds=cv_folds)}
-        bayes_error = error_rate(task.bayes_predict(x_test), y_test)
-        bayes.append(bayes_error)
+        errors["bayes"].append(error_rate(task.bayes_predict(x_test), y_test))
         for row, predict in classifiers.items():
-            excess[row].append(error_rate(predict(x_test), y_test) - bayes_error)
-    out = {f"{row}/excess_error": float(np.mean(v)) for row, v in excess.items()}
-    out["bayes/error"] = float(np.mean(bayes))
-    return out
+            errors[row].append(error_rate(predict(x_test), y_test))
+    bayes = np.asarray(errors["bayes"])
+    out = {f"{row}/excess_error": float(np.mean(np.asarray(errors[row]) - bayes)) for row in GMM_ROWS}
+    return out | {f"{row}/error": float(np.mean(v)) for row, v in errors.items()}

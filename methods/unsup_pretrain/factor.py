@@ -57,16 +57,17 @@ class FactorModel:
         g = rng.standard_normal(self.dim)
         g -= basis @ (basis.T @ g)
         self.gamma = g / np.linalg.norm(g)                    # (d,), orthogonal to col(B)
+        self._covariance = self.loadings @ self.loadings.T + self.noise_std ** 2 * np.eye(self.dim)
+        self._weights = (np.linalg.solve(self._covariance, self.loadings @ self.beta) if self.informative
+                         else self.gamma / self.noise_std)
 
     def covariance(self) -> np.ndarray:
         """Σ = BBᵀ + σ² I, the covariance of x (its mean is 0)."""
-        return self.loadings @ self.loadings.T + self.noise_std ** 2 * np.eye(self.dim)
+        return self._covariance.copy()
 
     def regression_weights(self) -> np.ndarray:
         """a* with E[y | x] = a*ᵀx: Σ⁻¹Bβ (informative), γ/σ (uninformative: Σγ = σ²γ, Cov(x, y) = σγ)."""
-        if self.informative:
-            return np.linalg.solve(self.covariance(), self.loadings @ self.beta)
-        return self.gamma / self.noise_std
+        return self._weights.copy()
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """(x (n, d), y (n,)) i.i.d. from the model."""
@@ -79,8 +80,8 @@ class FactorModel:
 
     def excess_risk(self, weights, intercept: float) -> float:
         """E(y − wᵀx − c)² − E(y − a*ᵀx)², exact: (w − a*)ᵀΣ(w − a*) + c² (x and y have mean 0)."""
-        diff = np.asarray(weights, dtype=np.float64) - self.regression_weights()
-        return float(diff @ self.covariance() @ diff + float(intercept) ** 2)
+        diff = np.asarray(weights, dtype=np.float64) - self._weights
+        return float(diff @ self._covariance @ diff + float(intercept) ** 2)
 
 
 def fit_ppca(x, rank: int) -> tuple[np.ndarray, float, np.ndarray]:
