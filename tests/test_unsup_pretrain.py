@@ -231,3 +231,10 @@ def test_ppca_from_scatter_takes_the_top_eigenpairs():
     loadings, noise_var, _ = ppca_from_scatter(scatter, np.zeros(4), 1)
     assert noise_var == pytest.approx(4.0 / 3)
     np.testing.assert_allclose(np.abs(loadings[:, 0]), [0, np.sqrt(5 - 4 / 3), 0, 0], atol=1e-12)
+
+
+def test_ridge_loo_skips_an_alpha_whose_loo_residual_is_zero_over_zero():
+    """Two points: at α = 1e-30 the fit interpolates in floating point (leverage exactly 1, residual
+    exactly 0), so its LOO residual is 0/0; such an α is never chosen (np.argmin would pick the nan)."""
+    w, c, alpha = ridge_loo(np.array([[0.0], [2.0]]), np.array([-1.0, 1.0]), [1e-30, 1.0])
+    assert alpha == 1.0 and np.all(np.isfinite(w)) and np.isfinite(c)

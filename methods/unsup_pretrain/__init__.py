@@ -53,12 +53,13 @@ def run(cfg, ctx) -> dict[str, float]:
     unlabeled = unlabeled_grid(r.unlabeled_min, r.doublings)
     curves = rate_curves(task, labeled=labeled, unlabeled=unlabeled, replicates=replicates, seed=ctx.seed,
                          device=r.device)
+    if ctx.hw.is_main:   # before the fits: a long sweep's curves are kept even if a fit refuses them
+        (ctx.run_dir / "rate_curves.json").write_text(json.dumps(
+            {"labeled": labeled, "unlabeled": unlabeled, **{k: v.tolist() for k, v in curves.items()}}))
     metrics = rate_metrics(curves, labeled=labeled, unlabeled=unlabeled, slope_labeled=int(r.slope_labeled),
                            slope_max_unlabeled=int(r.slope_max_unlabeled), n_boot=int(r.n_boot), level=float(r.level),
                            seed=ctx.seed)
     if ctx.hw.is_main:
-        (ctx.run_dir / "rate_curves.json").write_text(json.dumps(
-            {"labeled": labeled, "unlabeled": unlabeled, **{k: v.tolist() for k, v in curves.items()}}))
         title = (f"d = {task.dim}, r = {task.rank}, s = {task.spike:g}, σ = {task.noise_std:g}, τ = {task.label_noise:g}; "
                  f"{replicates} replicates (seed {ctx.seed})")
         excess_vs_unlabeled(curves, labeled, unlabeled, ctx.run_dir / "excess_vs_m.png", title, float(r.level), ctx.seed)

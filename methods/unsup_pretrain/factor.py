@@ -132,8 +132,10 @@ def ridge_loo(x, y, alphas=RIDGE_ALPHAS) -> tuple[np.ndarray, float, float]:
     shrink = s ** 2 / (s ** 2 + alphas[:, None])                    # (alphas, rank)
     fitted = (shrink * uty) @ u.T                                    # (alphas, n), centred fits
     leverage = 1.0 / n + (shrink @ (u ** 2).T)                       # (alphas, n), diag of H
-    loo = ((y - y_mean - fitted) / (1.0 - leverage)) ** 2
-    best = int(np.argmin(loo.mean(axis=1)))                          # argmin: the first minimiser
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loo = ((y - y_mean - fitted) / (1.0 - leverage)) ** 2
+    score = np.where(np.isfinite(loo.mean(axis=1)), loo.mean(axis=1), np.inf)   # an interpolating α: no LOO fit
+    best = int(np.argmin(score))                                     # argmin: the first minimiser
     w = vt.T @ (s / (s ** 2 + alphas[best]) * uty)
     return w, float(y_mean - w @ x_mean), float(alphas[best])
 
