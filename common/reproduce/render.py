@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from common.logging import read_jsonl
-from common.reproduce.claims import PASS, ClaimResult
+from common.reproduce.claims import NOISE, PASS, ClaimResult
 from common.reproduce.record import TableResult, distinct_runs
 
 
@@ -32,7 +32,7 @@ def _as_result(d: dict) -> ClaimResult:
 
 def claim_line(c: ClaimResult, known: bool = False) -> str:
     needed = ""
-    if c.status != PASS and c.seeds_needed:
+    if c.status == NOISE and c.seeds_needed:
         needed = f"; ≈{c.seeds_needed} seeds would resolve it at this margin and spread"
     tag = "**headline** " if c.headline else ""
     if known:

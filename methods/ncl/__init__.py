@@ -28,6 +28,18 @@ def build(cfg) -> NCL | NonNegClassifier:
     return instantiate(cfg.method.model, encoder=encoder, feat_dim=feat_dim)
 
 
+def supervised_splits(splits: dict, val_size: int) -> tuple[tuple, tuple, str]:
+    """(train, scored, split name): the train and test splits, or with `val_size` > 0 the training
+    images without their last `val_size`, scored on those (tuning: the test split is never read)."""
+    if not val_size:
+        return splits["train"], splits["test"], "test"
+    x, y = splits["train"]
+    if not 0 < val_size < len(x):
+        raise ValueError(f"method.val_size must be in [0, {len(x)}) (the training images), got {val_size}")
+    cut = len(x) - val_size
+    return (x[:cut], y[:cut]), (x[cut:], y[cut:]), "val"
+
+
 def run(cfg, ctx) -> dict[str, float]:
     """Contrastive: pre-train, then probe/kNN (common.tasks.contrastive) and the interpretability
     metrics of z, scored as `eval.on` says (test, or held-out eval_train images for tuning).
@@ -36,16 +48,18 @@ def run(cfg, ctx) -> dict[str, float]:
     splits = data.image_splits(cfg.dataset)
     model, m = build(cfg), cfg.method.metrics
     if cfg.method.mode == "supervised":
-        return tasks.classify(ctx, model, splits["train"], splits["test"], eval_batch_size=cfg.eval.batch_size,
-                              extra_metrics=lambda net: supervised_metrics(net, splits["test"], cfg.eval.batch_size,
-                                                                           ctx.device, m.eps))
+        train, score, split = supervised_splits(splits, cfg.method.val_size)
+        out = tasks.classify(ctx, model, train, score, eval_batch_size=cfg.eval.batch_size,
+                             extra_metrics=lambda net: supervised_metrics(net, score, cfg.eval.batch_size,
+                                                                          ctx.device, m.eps))
+        return {("val_acc" if k == "test_acc" and split == "val" else k): v for k, v in out.items()}
     fit, score = tasks.evaluation_splits(splits, cfg.eval)       # `eval.on: val` never reads test
     return tasks.contrastive(ctx, model, splits, cfg.eval, extra_metrics=lambda net: interpretability(
         net, fit, score, cfg.eval, ctx.device, ctx.seed, Path(ctx.run_dir), eps=m.eps, select_k=m.select_k,
         sepin_k=m.sepin_k, sepin_images=m.sepin_images, views_seed=m.views_seed, figure_dims=m.figure_dims))
 
 
-__all__ = ["NCL", "NonNegClassifier", "build", "class_consistency", "class_consistency_pos", "conditional_mi",
+__all__ = ["NCL", "NonNegClassifier", "build", "supervised_splits", "class_consistency", "class_consistency_pos", "conditional_mi",
            "effective_rank", "feature_metrics", "infonce_mi", "interpretability", "nce_logits", "nonneg",
            "orthogonality", "orthogonality_corr", "run", "sepin_at_k", "sparsity", "supervised_metrics",
            "top_dimensions"]
