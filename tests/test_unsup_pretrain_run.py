@@ -19,7 +19,8 @@ def ctx_for(cfg, tmp_path):
 
 TOY_RATES = ["method.experiment=rates", "method.replicates=3", "dataset.task.dim=10", "dataset.task.rank=2",
              "dataset.task.spike=4.0", "method.rates.labeled=[40,80,160]", "method.rates.unlabeled_min=4",
-             "method.rates.doublings=7", "method.rates.slope_labeled=160", "method.rates.slope_max_unlabeled=128",
+             "method.rates.doublings=7", "method.rates.slope_labeled=160", "method.rates.slope_min_unlabeled=4",
+             "method.rates.slope_max_unlabeled=128",
              "method.rates.n_boot=50"]
 
 
@@ -81,8 +82,13 @@ def test_crossovers_and_rate_metrics_on_synthetic_curves():
               "pretrain_shuffled": np.full((3, len(m), 4), 2.0),
               "pretrain_labeled_only": np.full((3, 4), 0.02), "ols": np.repeat(ols_level[:, None], 4, axis=1),
               "oracle": oracle}
-    out = rate_metrics(curves, labeled=labeled, unlabeled=unlabeled, slope_labeled=400, slope_max_unlabeled=1024,
-                       n_boot=20, level=0.95, seed=0)
+    out = rate_metrics(curves, labeled=labeled, unlabeled=unlabeled, slope_labeled=400, slope_min_unlabeled=2,
+                       slope_max_unlabeled=1024, n_boot=20, level=0.95, seed=0)
+    # a curve that is flat below m = 16 and a power law above: the fit window sees only the power law
+    curves["pretrain"][2, :3] = curves["pretrain"][2, 3]
+    windowed = rate_metrics(curves, labeled=labeled, unlabeled=unlabeled, slope_labeled=400, slope_min_unlabeled=16,
+                            slope_max_unlabeled=1024, n_boot=20, level=0.95, seed=0)
+    assert windowed["pretrain/slope_m"] == pytest.approx(-1.0)
     assert out["pretrain/slope_m"] == pytest.approx(-1.0) and out["pretrain/slope_m_low"] == pytest.approx(-1.0)
     assert out["pretrain/crossed"] == 1.0 and out["pretrain_shuffled/crossed"] == 0.0
     m_star = crossovers(unlabeled, curves["pretrain"], curves["ols"])

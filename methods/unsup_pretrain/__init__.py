@@ -57,7 +57,7 @@ def run(cfg, ctx) -> dict[str, float]:
         (ctx.run_dir / "rate_curves.json").write_text(json.dumps(
             {"labeled": labeled, "unlabeled": unlabeled, **{k: v.tolist() for k, v in curves.items()}}))
     metrics = rate_metrics(curves, labeled=labeled, unlabeled=unlabeled, slope_labeled=int(r.slope_labeled),
-                           slope_max_unlabeled=int(r.slope_max_unlabeled), n_boot=int(r.n_boot), level=float(r.level),
+                           slope_min_unlabeled=int(r.slope_min_unlabeled), slope_max_unlabeled=int(r.slope_max_unlabeled), n_boot=int(r.n_boot), level=float(r.level),
                            seed=ctx.seed)
     if ctx.hw.is_main:
         title = (f"d = {task.dim}, r = {task.rank}, s = {task.spike:g}, σ = {task.noise_std:g}, τ = {task.label_noise:g}; "

@@ -86,14 +86,15 @@ def crossovers(unlabeled: list[int], pretrain: np.ndarray, baseline: np.ndarray)
 
 
 def rate_metrics(curves: dict[str, np.ndarray], *, labeled: list[int], unlabeled: list[int], slope_labeled: int,
-                 slope_max_unlabeled: int, n_boot: int, level: float, seed: int) -> dict[str, float]:
+                 slope_min_unlabeled: int, slope_max_unlabeled: int, n_boot: int, level: float,
+                 seed: int) -> dict[str, float]:
     """slope_m (with slope_m_low/high): the exponent of excess(m) − oracle in m at n = `slope_labeled`,
-    m <= `slope_max_unlabeled` (bootstrap over replicates); complexity: mean over n of n · excess (at the
+    `slope_min_unlabeled` <= m <= `slope_max_unlabeled` (bootstrap over replicates); complexity: mean over n of n · excess (at the
     largest m); crossed: the share of n whose crossover m*(n) with ols is bracketed; crossover_slope:
     the exponent of m*(n) (nan with fewer than 2 crossovers)."""
     labeled, unlabeled = sorted(labeled), sorted(unlabeled)
     i_slope = labeled.index(int(slope_labeled))
-    m_fit = [j for j, m in enumerate(unlabeled) if m <= slope_max_unlabeled]
+    m_fit = [j for j, m in enumerate(unlabeled) if slope_min_unlabeled <= m <= slope_max_unlabeled]
     sizes = np.asarray(labeled, dtype=np.float64)
     out: dict[str, float] = {}
     for row in ("pretrain", "pretrain_shuffled", "pretrain_labeled_only"):
