@@ -35,6 +35,9 @@ def dry_run(method: str, extra: list[str], log=print) -> int:
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         for name in experiments(method, "paper"):
             cfg = compose("train", overrides=[f"experiment={name}", *extra])
+            if getattr(import_method(cfg.method.name), "TRAINS_NO_NETWORK", False):
+                log(f"{name}: trains no network (its build returns the synthetic task): no parameters to count")
+                continue
             _, count = build_on_meta(cfg)
             expected = (cfg.paper or {}).get("params_m")
             line = f"{name}: {count / 1e6:.2f} M parameters"
