@@ -1,6 +1,6 @@
-"""MCM's supporting tables (mcm_mini_ablation, mcm_mini_large): every row resolves to the
-intended ablation and to mcm_mini's settings otherwise, the built models have the masks the row
-names (counted here), the larger tables' capped training halves, and claims that name real rows."""
+"""MCM's tables (mcm_mini, mcm_mini_ablation, mcm_mini_pilot): every detector of a run resolves to
+the intended ablation and to mcm_mini's settings otherwise, the built models have the masks the
+row names (counted here), the capped fitted rows, and claims and controls that name real sub-rows."""
 import re
 
 import numpy as np
@@ -8,123 +8,102 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from common.data import tabular
+from common.data import adbench
 from common.reproduce.claims import claim_texts
-from methods.mcm import MCM, build, detector_factory, table_split
+from methods.mcm import MCM, MCM_ROWS, build, detector_factory, table_split
 from methods.mcm.model import FixedMasks, MaskGenerator
 
-needs_mlbench = pytest.mark.skipif(not (tabular.SYSTEM / "Glass.rda").exists(),
-                                   reason="r-cran-mlbench not installed (sudo apt-get install r-cran-mlbench)")
+needs_adbench = pytest.mark.skipif(not (adbench.SHARED / adbench.TABLES["satellite"][0]).exists(),
+                                   reason="ADBench Classical tables not in ../shared/data")
 
-# the keys each ablation row changes from the table's `mcm` row, written out by hand
-ABLATION_DIFFS = {
-    "mcm_k1": {"method.model.num_masks": 1, "method.model.lambda_div": 0.0},
-    "mcm_k5": {"method.model.num_masks": 5},
-    "mcm_k30": {"method.model.num_masks": 30},
-    "random_masks": {"method.model.masking": "random", "method.model.lambda_div": 0.0},
-    "mcm_logits": {"method.model.diversity_on": "logits"},
+# what each ablation detector changes from MCM, written out by hand
+ABLATION = {
+    "mcm": dict(num_masks=15, lambda_div=5.0, masking="learned", diversity_on="masks"),
+    "mcm_no_div": dict(num_masks=15, lambda_div=0.0, masking="learned", diversity_on="masks"),
+    "mcm_k1": dict(num_masks=1, lambda_div=0.0, masking="learned", diversity_on="masks"),
+    "mcm_k5": dict(num_masks=5, lambda_div=5.0, masking="learned", diversity_on="masks"),
+    "mcm_k30": dict(num_masks=30, lambda_div=5.0, masking="learned", diversity_on="masks"),
+    "random_masks": dict(num_masks=15, lambda_div=0.0, masking="random", diversity_on="masks"),
+    "mcm_logits": dict(num_masks=15, lambda_div=5.0, masking="learned", diversity_on="logits"),
+    "ae": dict(num_masks=1, lambda_div=0.0, masking="none", diversity_on="masks"),
 }
 
 
-def flat(cfg) -> dict:
-    """Dotted keys of the settings a run reads (claims, table and paper left out)."""
-    out = {}
-
-    def walk(node, prefix):
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                out[f"{prefix}{key}"] = value
-
-    settings = OmegaConf.to_container(cfg, resolve=True)
-    walk({k: v for k, v in settings.items() if k not in ("paper", "claims", "known_failures", "table",
-                                                          "tuned_on", "run_name", "run_dir", "seed")}, "")
-    return out
-
-
-def row_cfg(compose_cfg, experiment, row):
-    base = compose_cfg([f"experiment={experiment}"])
-    return compose_cfg([f"experiment={experiment}", *base.table.rows[row]])
-
-
-def test_ablation_rows_change_only_their_own_keys(compose_cfg):
-    ref = flat(row_cfg(compose_cfg, "mcm_mini_ablation", "mcm"))
-    headline = flat(row_cfg(compose_cfg, "mcm_mini", "mcm"))
-    assert ref == headline       # the ablation's reference row is mcm_mini's mcm row
-    for row, expected in ABLATION_DIFFS.items():
-        got = flat(row_cfg(compose_cfg, "mcm_mini_ablation", row))
-        changed = {k: v for k, v in got.items() if ref.get(k) != v}
-        assert changed == expected, row
-    assert set(compose_cfg(["experiment=mcm_mini_ablation"]).table.rows) == {"mcm", *ABLATION_DIFFS}
+def test_ablation_detectors_change_only_their_own_keys(compose_cfg):
+    cfg = compose_cfg(["experiment=mcm_mini_ablation"])
+    assert list(cfg.method.detectors) == list(cfg.table.sub_rows)
+    for kind in [*cfg.method.detectors, "ae"]:
+        det = detector_factory(cfg, seed=0, kind=kind)()
+        got = {k: getattr(det, k) for k in ABLATION[kind]}
+        assert got == ABLATION[kind], kind
+        assert (det.hidden_dim, det.latent_dim, det.epochs) == (128, 64, 100), kind
+    assert set(MCM_ROWS) >= set(ABLATION)
 
 
 def test_ablation_rows_build_the_masks_they_name(compose_cfg):
+    cfg = compose_cfg(["experiment=mcm_mini_ablation"])
     d = 9
-    for row, k, kind in [("mcm", 15, MaskGenerator), ("mcm_k1", 1, MaskGenerator), ("mcm_k5", 5, MaskGenerator),
-                         ("mcm_k30", 30, MaskGenerator), ("random_masks", 15, FixedMasks),
-                         ("mcm_logits", 15, MaskGenerator)]:
-        cfg = row_cfg(compose_cfg, "mcm_mini_ablation", row)
-        det = detector_factory(cfg, seed=0)()
+    for kind in cfg.method.detectors:
+        det = detector_factory(cfg, seed=0, kind=kind)()
         model = det.build_model(d, torch.Generator().manual_seed(0))
-        assert isinstance(model, MCM) and isinstance(model.mask_generator, kind), row
-        x = torch.randn(4, d)
-        x_hat, masks = model(x)
-        assert x_hat.shape == masks.shape == (4, k, d), row
-        assert (det.hidden_dim, det.latent_dim, det.epochs) == (128, 64, 100), row
-        assert det.diversity_on == ("logits" if row == "mcm_logits" else "masks"), row
-        if row == "random_masks":
+        k = ABLATION[kind]["num_masks"]
+        assert isinstance(model, MCM)
+        assert isinstance(model.mask_generator, FixedMasks if kind == "random_masks" else MaskGenerator), kind
+        x_hat, masks = model(torch.randn(4, d))
+        assert x_hat.shape == masks.shape == (4, k, d), kind
+        if kind == "random_masks":
             # each fixed mask is binary, the same for every row of x, and hides round(0.5 · 9) = 4 cells
-            assert set(masks.unique().tolist()) == {0.0, 1.0}
-            assert (masks == masks[:1]).all()
+            assert set(masks.unique().tolist()) == {0.0, 1.0} and (masks == masks[:1]).all()
             assert (masks[0] == 0).sum(-1).tolist() == [4] * k
         else:
-            assert ((masks > 0) & (masks < 1)).all(), row      # soft sigmoid masks
+            assert ((masks > 0) & (masks < 1)).all(), kind      # soft sigmoid masks
 
 
-def test_k1_row_is_legal_only_without_diversity(compose_cfg):
-    cfg = row_cfg(compose_cfg, "mcm_mini_ablation", "mcm_k1")
-    assert cfg.method.model.lambda_div == 0.0
-    cfg.method.model.lambda_div = 5.0
-    with pytest.raises(Exception, match="num_masks >= 3"):   # hydra wraps the detector's ValueError
-        detector_factory(cfg, seed=0)()
+def test_headline_and_ablation_share_model_and_schedule(compose_cfg):
+    mini, abl = compose_cfg(["experiment=mcm_mini"]), compose_cfg(["experiment=mcm_mini_ablation"])
+    strip = lambda c: {k: v for k, v in OmegaConf.to_container(c.method.model).items()}   # noqa: E731
+    assert strip(mini) == strip(abl)
+    assert mini.trainer.epochs == abl.trainer.epochs and mini.trainer.batch_size == abl.trainer.batch_size
+    assert set(abl.dataset.tables) <= set(mini.dataset.tables)
+    assert build(mini).num_features == mini.dataset.num_features[mini.dataset.tables[0]]
 
 
-def test_large_table_config(compose_cfg):
-    cfg = compose_cfg(["experiment=mcm_mini_large"])
-    assert list(cfg.dataset.tables) == ["satellite", "shuttle"]
-    assert OmegaConf.to_container(cfg.dataset.max_train) == {"satellite": 2000, "shuttle": 2000}
-    model = build(cfg)
-    assert model.num_features == 36 and model.num_masks == 15
-    # mcm_mini's model and schedule, only the tables differ
-    mini = flat(compose_cfg(["experiment=mcm_mini"]))
-    large = flat(cfg)
-    assert {k for k in large if large[k] != mini.get(k)} == {"dataset.tables", "dataset.max_train.satellite",
-                                                                "dataset.max_train.shuttle"}
+def test_pilot_is_a_tuning_table_on_validation_data(compose_cfg):
+    cfg = compose_cfg(["experiment=mcm_mini_pilot"])
+    assert cfg.table.purpose == "tuning" and cfg.table.split == "val" and cfg.eval.on == "val"
+    for name in ("mcm_mini", "mcm_mini_ablation"):
+        rep = compose_cfg([f"experiment={name}"])
+        assert rep.eval.on == "test" and not set(rep.table.seeds) & set(cfg.table.seeds)
+        assert list(rep.tuned_on.seeds) == list(cfg.table.seeds) and rep.tuned_on.split == "val"
 
 
-@needs_mlbench
-def test_capped_training_half_is_a_fixed_subsample_of_normal_rows():
-    x, y = tabular.load_tabular("satellite")
-    full_train, full_test, full_y = tabular.one_class_split(x, y, seed=0)
-    x_train, x_test, y_test = table_split("satellite", max_train=2000)
-    assert x_train.shape == (2000, 36) and len(full_train) == (6435 - 2036) // 2
-    np.testing.assert_array_equal(x_test, full_test)             # the test half is untouched
-    assert int(y_test.sum()) == 2036 and len(y_test) == 6435 - len(full_train)
-    rows = {tuple(r): i for i, r in enumerate(full_train)}
-    picked = [rows[tuple(r)] for r in x_train]                    # every kept row is a training row ...
-    assert picked == sorted(picked) and len(set(picked)) == 2000  # ... kept once, in file order
-    np.testing.assert_array_equal(table_split("satellite", max_train=2000)[0], x_train)  # and fixed
-    assert not np.array_equal(table_split("satellite", max_train=2000, split_seed=1)[0], x_train)
+@needs_adbench
+def test_capped_fitted_rows_are_a_seeded_subsample_and_eval_is_untouched():
+    x, y = adbench.load_adbench("satellite")
+    full = adbench.one_class_splits(x, y, seed=4)
+    x_fit, x_test, y_test = table_split("satellite", max_train=1000, seed=4, source="adbench")
+    assert x_fit.shape == (1000, 36)
+    np.testing.assert_array_equal(x_test, full["test"][0])
+    np.testing.assert_array_equal(y_test, full["test"][1])
+    rows = {tuple(r): i for i, r in enumerate(full["fit"])}
+    picked = [rows[tuple(r)] for r in x_fit]                      # every kept row is a fitted row ...
+    assert picked == sorted(picked) and len(set(picked)) == 1000  # ... kept once, in file order
+    assert not np.array_equal(table_split("satellite", max_train=1000, seed=5, source="adbench")[0], x_fit)
+    x_fit_v, x_val, y_val = table_split("satellite", max_train=1000, seed=4, on="val", source="adbench")
+    np.testing.assert_array_equal(x_fit_v, x_fit)                  # val mode fits the same rows
+    np.testing.assert_array_equal(x_val, full["val"][0])
 
 
-@pytest.mark.parametrize("experiment", ["mcm_mini", "mcm_mini_ablation", "mcm_mini_large"])
-def test_claims_name_rows_and_metrics_of_their_table(compose_cfg, experiment):
+@pytest.mark.parametrize("experiment", ["mcm_mini", "mcm_mini_ablation"])
+def test_claims_and_controls_name_sub_rows_and_metrics(compose_cfg, experiment):
     cfg = compose_cfg([f"experiment={experiment}"])
     claims = claim_texts(cfg)
     assert claims
     for claim in claims:
-        refs = re.findall(r"([a-z0-9_]+)\.([a-z0-9_]+)", claim)
-        assert len(refs) == 2, claim
-        for row, metric in refs:
-            assert row in cfg.table.rows and metric in cfg.table.metrics, claim
+        for row, metric in re.findall(r"([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)", claim):
+            assert row in cfg.table.sub_rows, claim
+            assert metric in cfg.table.metrics or metric.startswith("wilcoxon_p_"), claim
+            if metric.startswith("wilcoxon_p_"):
+                assert metric.removeprefix("wilcoxon_p_") in cfg.table.sub_rows, claim
+    for row, controls in (cfg.table.get("controls") or {}).items():
+        assert row in cfg.table.sub_rows and set(controls) <= set(cfg.table.sub_rows)

@@ -10,13 +10,18 @@ import torch
 from methods.mcm.detector import MCMDetector, check_rows
 
 PYOD = ("iforest", "lof", "ocsvm", "ecod", "deepsvdd", "dif")
-# MCM rows: keyword overrides of MCMDetector's defaults (K sweeps add num_masks=...)
+TRIVIAL = ("mean_distance",)
+# MCM rows: keyword overrides of MCMDetector's settings (the run's method.model block)
 MCM_ROWS = {
     "mcm": {},
     "mcm_no_div": {"lambda_div": 0.0},
     "mcm_logits": {"diversity_on": "logits"},
+    "mcm_k1": {"num_masks": 1, "lambda_div": 0.0},
+    "mcm_k5": {"num_masks": 5},
+    "mcm_k30": {"num_masks": 30},
     "ae": {"num_masks": 1, "lambda_div": 0.0, "masking": "none"},
     "random_masks": {"lambda_div": 0.0, "masking": "random", "mask_ratio": 0.5},
+    "untrained": {"epochs": 0},          # MCM as initialised: the score of a model that learned nothing
 }
 
 
@@ -79,6 +84,24 @@ class StandardizedBaseline:
             return np.asarray(self.detector_.decision_function((x - self.mean_) / self.std_), dtype=np.float64)
 
 
+class MeanDistance:
+    """The trivial scorer: Euclidean distance to the training mean on training-standardised rows
+    (the score an autoencoder that learned only the mean would give)."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    def fit(self, x, y=None, log=None) -> "MeanDistance":
+        x = check_rows(x).astype(np.float64)
+        self.mean_, std = x.mean(0), x.std(0)
+        self.std_ = np.where(std > 0, std, 1.0)
+        return self
+
+    def decision_function(self, x) -> np.ndarray:
+        x = check_rows(x, len(self.mean_)).astype(np.float64)
+        return np.linalg.norm((x - self.mean_) / self.std_, axis=1)
+
+
 def make_detector(row: str, seed: int = 0, **mcm_kwargs):
     """The detector of a table row: an MCM row (MCM_ROWS, with `mcm_kwargs` for shared
     settings such as epochs or hidden_dim, overridden by the row's own keys) or a pyod name."""
@@ -86,4 +109,6 @@ def make_detector(row: str, seed: int = 0, **mcm_kwargs):
         return MCMDetector(seed=seed, **{**mcm_kwargs, **MCM_ROWS[row]})
     if row in PYOD:
         return StandardizedBaseline(row, seed)
-    raise ValueError(f"unknown row '{row}'; choose from {', '.join(list(MCM_ROWS) + list(PYOD))}.")
+    if row == "mean_distance":
+        return MeanDistance(seed)
+    raise ValueError(f"unknown row '{row}'; choose from {', '.join(list(MCM_ROWS) + list(PYOD) + list(TRIVIAL))}.")

@@ -2,7 +2,7 @@
 decision_function convention). The training schedule is the official Model/Trainer.py's."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import torch
@@ -36,8 +36,8 @@ class MCMDetector:
     def __init__(self, num_masks: int = 15, lambda_div: float = 5.0, temperature: float = 0.1, epochs: int = 200,
                  batch_size: int = 512, lr: float = 0.05, lr_gamma: float = 0.98, weight_decay: float = 1e-5,
                  hidden_dim: int = 256, latent_dim: int = 128, seed: int = 0, *, encoder_layers: int = 3,
-                 decoder_layers: int = 3, mask_layers: int = 3, masking: str = "learned", mask_ratio: float = 0.5,
-                 diversity_on: str = "masks", standardize: bool = True, shuffle: bool = True, device: str = "cpu",
+                 decoder_layers: int = 3, mask_layers: int = 3, masking: Literal["learned", "none", "random"] = "learned", mask_ratio: float = 0.5,
+                 diversity_on: Literal["masks", "logits"] = "masks", standardize: bool = True, shuffle: bool = True, device: str = "cpu",
                  optimizer: Callable[[object], torch.optim.Optimizer] | None = None, progress: bool = False):
         if lambda_div < 0:
             raise ValueError(f"lambda_div must be non-negative, got {lambda_div}.")
@@ -47,8 +47,9 @@ class MCMDetector:
             diversity_scale(num_masks)   # raises for K < 3
         if diversity_on not in ("masks", "logits"):
             raise ValueError(f"diversity_on must be 'masks' or 'logits', got '{diversity_on}'.")
-        if epochs < 1 or batch_size < 1:
-            raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}.")
+        if epochs < 0 or batch_size < 1:
+            raise ValueError(f"epochs must be >= 0 (0: score the untrained model) and batch_size positive, "
+                             f"got {epochs} and {batch_size}.")
         self.num_masks, self.lambda_div, self.temperature = num_masks, lambda_div, temperature
         self.epochs, self.batch_size, self.lr, self.lr_gamma, self.weight_decay = epochs, batch_size, lr, lr_gamma, weight_decay
         self.hidden_dim, self.latent_dim, self.seed = hidden_dim, latent_dim, seed

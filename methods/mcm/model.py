@@ -3,6 +3,7 @@ masking schemes of the ablations (none: a plain autoencoder; random binary masks
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -10,7 +11,7 @@ from torch import nn
 
 class MaskGenerator(nn.Module):
     """K independent bias-free MLPs G_k: d → d → ... → d (ReLU between layers), run as one
-    batched einsum per layer. Weights are stored like K stacked nn.Linear weights, (K, out, in),
+    matmul (first layer) and one batched matmul (each later layer) for all K. Weights are stored like K stacked nn.Linear weights, (K, out, in),
     and initialised as nn.Linear does (U(±1/√in)); the official code loops over K nn.Sequential."""
 
     def __init__(self, num_features: int, num_masks: int = 15, num_layers: int = 3):
@@ -24,11 +25,15 @@ class MaskGenerator(nn.Module):
             for _ in range(num_layers))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """x (B, d) -> G_k(x) for every k, (B, K, d)."""
-        h = torch.einsum("bi,koi->bko", x, self.weights[0])
+        """x (B, d) -> G_k(x) for every k, (B, K, d). The first layer reads the same x for every
+        k, so it is one (B, d) x (d, K·d) matmul; the later layers are one batched matmul over k
+        in the (K, B, d) layout (no copy between layers)."""
+        first = self.weights[0]                                          # (K, o, i)
+        k, o, _ = first.shape
+        h = (x @ first.reshape(k * o, -1).t()).view(len(x), k, o).transpose(0, 1)   # (K, B, o)
         for w in self.weights[1:]:
-            h = torch.einsum("bki,koi->bko", torch.relu(h), w)
-        return h
+            h = torch.bmm(torch.relu(h), w.transpose(1, 2))              # (K, B, i) x (K, i, o)
+        return h.transpose(0, 1)                                         # (B, K, d), a view
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(masks M_k = sigmoid(G_k(x)) ∈ (0, 1), logits), both (B, K, d)."""
@@ -70,7 +75,7 @@ class MCM(nn.Module):
 
     def __init__(self, num_features: int, num_masks: int = 15, hidden_dim: int = 256, latent_dim: int = 128,
                  encoder_layers: int = 3, decoder_layers: int = 3, mask_layers: int = 3,
-                 masking: str = "learned", mask_ratio: float = 0.5, generator: torch.Generator | None = None):
+                 masking: Literal["learned", "none", "random"] = "learned", mask_ratio: float = 0.5, generator: torch.Generator | None = None):
         super().__init__()
         if num_masks < 1:
             raise ValueError(f"num_masks must be at least 1, got {num_masks}.")
