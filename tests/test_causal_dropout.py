@@ -44,6 +44,14 @@ def test_linear_sem_follows_its_equation():
     assert np.abs(corr).max() < 5 / np.sqrt(len(z))
 
 
+def test_exp_transform_is_the_standardised_gene_exponentiated():
+    a = random_dag(6, 2, seed=3)
+    z, w = linear_sem(a, 1_000, seed=4)
+    lognormal, w2 = linear_sem(a, 1_000, seed=4, transform="exp")
+    assert np.array_equal(w, w2)
+    assert np.allclose(np.log(lognormal), (z - z.mean(axis=0)) / z.std(axis=0))
+
+
 def test_car_dropout_rates_lie_in_their_range():
     z = np.random.default_rng(0).normal(size=(20_000, 6)) + 3
     x, dropped = apply_dropout(z, "car", seed=1, rate_range=(0.4, 0.7))
@@ -283,6 +291,7 @@ def test_run_reports_every_procedure_as_a_row(compose_cfg, tmp_path):
     (lambda: ci_error_rates(lambda *a: 0.5, [], [], alpha=1.0), "alpha"),
     (lambda: pc_cpdag(np.ones((9, 3)), ZeroDeletionFisherZ(np.ones((9, 3))), alpha=0.0), "alpha"),
     (lambda: random_dag(1, 2), "num_nodes"),
+    (lambda: linear_sem(CHAIN, 10, transform="log"), "unknown transform"),
 ])
 def test_bad_input_is_a_value_error(call, says):
     with pytest.raises(ValueError, match=says):

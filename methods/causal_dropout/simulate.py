@@ -16,6 +16,7 @@ from scipy.special import expit
 
 MECHANISMS = ("car", "truncated", "logistic")
 IMPUTATIONS = ("mean", "knn")
+TRANSFORMS = ("none", "exp")
 
 
 def _finite(name: str, array: np.ndarray) -> None:
@@ -73,10 +74,13 @@ def random_dag(num_nodes: int, avg_degree: float, seed: int = 0) -> np.ndarray:
 
 
 def linear_sem(adjacency, n: int, seed: int = 0, weight_range=(0.25, 1.0), noise_mean_range=(-1.0, 1.0),
-               noise_std_range=(1.0, 2.0)) -> tuple[np.ndarray, np.ndarray]:
+               noise_std_range=(1.0, 2.0), transform: str = "none") -> tuple[np.ndarray, np.ndarray]:
     """Linear Gaussian SEM on the DAG: weights ±U(weight_range) (sign ±1 with probability 1/2), noise
     N(μ_j, s_j²), μ_j ~ U(noise_mean_range), s_j ~ U(noise_std_range); z_j = Σ_i W[i, j] z_i + ε_j in
-    topological order. Returns (z (n, p), W (p, p))."""
+    topological order. `transform="exp"`: each gene standardised, then exponentiated (official
+    `final_exp`: a lognormal copula, a monotone map of each gene). Returns (z (n, p), W (p, p))."""
+    if transform not in TRANSFORMS:
+        raise ValueError(f"unknown transform {transform!r}; choose from {', '.join(TRANSFORMS)}")
     order = topological_order(adjacency)
     if int(n) != n or n < 1:
         raise ValueError(f"n must be a positive integer, got {n}")
@@ -93,6 +97,8 @@ def linear_sem(adjacency, n: int, seed: int = 0, weight_range=(0.25, 1.0), noise
     z = np.zeros((int(n), p))
     for j in order:
         z[:, j] = z @ weights[:, j] + noise[:, j]
+    if transform == "exp":
+        z = np.exp((z - z.mean(axis=0)) / z.std(axis=0))
     return z, weights
 
 
