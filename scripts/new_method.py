@@ -131,16 +131,20 @@ defaults:
   - override /method: $name
 run_name: ${name}_mini
 trainer: {progress: false}
-tuned_on: null   # {seeds: [...], split: val} once a hyper-parameter is chosen (never a report seed)
+# {seeds: [...], split: val} once a hyper-parameter is chosen on validation data (never a report seed)
+tuned_on: {seeds: [], split: none, reason: "the scaffold's defaults; nothing tuned yet"}
 table:
   seeds: [0, 1, 2]
+  # extend: {to: 10}   # a rule fixed before the run: WITHIN NOISE claims resolvable in <= 10 seeds extend once
   metrics: [test_acc]
   rows:
     model: []
     untrained: [trainer.max_steps=0]
+  controls: {model: [untrained]}   # naive rows that must fail each claim the method row passes
 paper: null
 claims:
-  - "model.test_acc > untrained.test_acc + 20"
+  # the paper's own finding, marked headline; replace with the paper's comparison
+  - {claim: "model.test_acc > 50", headline: true}
 ''',
     "tests/test_$name.py": '''"""$name: each equation against an independent derivation."""
 import math

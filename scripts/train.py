@@ -52,7 +52,9 @@ if __name__ == "__main__":
     overrides = overrides_of(sys.argv[1:])
     if overrides is not None:
         try:
-            compose_checked(overrides)
+            from common.target_types import check_targets   # the method's own knobs, by signature
+
+            check_targets(compose_checked(overrides))
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(err.exit_code)

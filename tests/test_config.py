@@ -7,6 +7,7 @@ import pytest
 from common.config import CONFIG_DIR, UserError, check_choices, choices, compose_checked
 from common.reproduce.claims import claim_texts
 from common.schema import nearest, validate
+from common.target_types import check_targets
 
 EXPERIMENTS = choices("experiment")
 
@@ -16,6 +17,7 @@ def test_every_experiment_composes_and_validates(compose_cfg, name):
     cfg = compose_cfg([f"experiment={name}"])
     assert name.startswith(cfg.method.name + "_")
     validate(cfg)
+    check_targets(cfg)   # method/eval values against their _target_ signatures
     for claim in claim_texts(cfg):  # name only rows the table runs
         rows = {n.value.id for n in ast.walk(ast.parse(claim, mode="eval")) if isinstance(n, ast.Attribute)}
         # a run may report several rows at once (`<row>/<metric>` metrics, e.g. procedures scored
@@ -25,6 +27,7 @@ def test_every_experiment_composes_and_validates(compose_cfg, name):
         row_cfg = compose_cfg([f"experiment={name}", *overrides])
         assert row_cfg.method.name == cfg.method.name, row
         validate(row_cfg)
+        check_targets(row_cfg)
 
 
 @pytest.mark.parametrize("hardware", choices("hardware"))

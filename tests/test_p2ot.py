@@ -3,6 +3,7 @@ cluster metrics against brute force, the swapped-label loss, the cosine head, th
 and smoke runs of the head training and evaluation stages."""
 import itertools
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -147,7 +148,8 @@ def blobs(n_per=(120, 60, 20), views=3, dim=8, seed=0):
 def test_train_head_smoke_on_imbalanced_blobs():
     feats, base, y = blobs()
     torch.manual_seed(0)
-    head, hist = train_head(feats, ClusterHead(8, 3, hidden_dim=16, out_dim=8), epochs=4, batch_size=50, lr=5e-3,
+    head, hist = train_head(feats, ClusterHead(8, 3, hidden_dim=16, out_dim=8), epochs=4, batch_size=50,
+                            optimizer=partial(torch.optim.Adam, lr=5e-3, weight_decay=0.0),
                             memory_batches=2, seed=0, tol=1e-4)
     assert len(hist["loss"]) == 4 * 4 and all(math.isfinite(v) for v in hist["loss"])
     assert hist["rho"][0] == pytest.approx(0.1 + 0.9 * math.exp(-5)) and hist["rho"] == sorted(hist["rho"])
@@ -189,3 +191,23 @@ def test_view_features_kmeans_and_evaluation_shapes():
     m = evaluate_clusters(train, y, test, y[:30], 3)
     assert set(m) == {"acc", "macc", "nmi", "ari", "f1", "test_acc", "test_macc", "test_nmi", "test_ari", "test_f1"}
     assert m["nmi"] > 90.0
+
+
+def test_the_head_optimiser_comes_from_the_config_and_its_lr_is_the_cosine_base():
+    """`method.clustering.optimizer` is what trains the head (no hard-coded Adam)."""
+    feats, _, _ = blobs()
+    seen = {}
+
+    class Recording(torch.optim.SGD):
+        def __init__(self, params, **kw):
+            super().__init__(params, **kw)
+            seen["lr"] = kw["lr"]
+
+        def step(self, closure=None):
+            seen.setdefault("first_step_lr", self.param_groups[0]["lr"])
+            return super().step(closure)
+
+    torch.manual_seed(0)
+    train_head(feats, ClusterHead(8, 3, hidden_dim=16, out_dim=8), epochs=2, batch_size=50,
+               optimizer=partial(Recording, lr=0.3), memory_batches=2, seed=0, tol=1e-4)
+    assert seen == {"lr": 0.3, "first_step_lr": pytest.approx(0.3)}   # epoch 0 of the cosine: the base lr

@@ -12,7 +12,6 @@ CI that outgrows its 90 minutes."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 
 from common.config import CONFIG_DIR
@@ -53,11 +52,11 @@ def _recorded(method: str, tier: str) -> tuple[dict | None, float, str]:
     return fingerprint, estimated_minutes(table["runs"]), stamp.get("time", "never")
 
 
-# CI's machine has 2 cores; torch uses both, at about this speed-up over one (measured on the
-# CPU tiers), unless OMP_NUM_THREADS=1 (how .ci/run re-checks: the records are made at one thread,
-# and a different thread count may change the floats). CPU seconds are what a run costs whatever
-# else the machine did while it ran; wall seconds, recorded on a busy machine, overstate it.
-CORES_USED = 1.0 if os.environ.get("OMP_NUM_THREADS") == "1" else 1.6
+# .ci/run re-checks at one thread (OMP_NUM_THREADS=1: the records are made at one thread, and a
+# different thread count may change the floats), so a table costs its CPU time; `--ci-plan` prints
+# the plan `.ci/run` executes whatever this shell's thread setting. CPU seconds are what a run costs
+# whatever else the machine did while it ran; wall seconds, recorded on a busy machine, overstate it.
+CORES_USED = 1.0
 
 
 def estimated_minutes(runs: dict[str, list[dict]]) -> float:

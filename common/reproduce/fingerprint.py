@@ -106,6 +106,18 @@ def code_hash(method: str) -> tuple[str, dict[str, str]]:
     return _sha(json.dumps(files, sort_keys=True).encode()), files
 
 
+_NOT_RUN_SETTINGS = ("paper", "claims", "known_failures", "table", "tuned_on")  # what a run does not read
+
+
+def run_settings(cfg) -> dict:
+    """The resolved settings a run reads: the config without the table's own keys (claims, rows,
+    the paper's numbers), so editing a claim never invalidates a run."""
+    from omegaconf import OmegaConf
+
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    return {k: v for k, v in settings.items() if k not in _NOT_RUN_SETTINGS}
+
+
 def settings_hash(row_settings: dict[str, dict]) -> str:
     """Hash of every row's resolved run settings (seed, run dir and name left out)."""
     clean = {row: {k: v for k, v in s.items() if k not in ("seed", "run_dir", "run_name")}
@@ -126,8 +138,6 @@ def env_versions() -> dict[str, str]:
 def table_fingerprint(method: str, experiment: str, extra: list[str] = ()) -> dict:
     """{code, settings, env, files} of one experiment table as the configs stand now."""
     from hydra import compose
-
-    from common.reproduce.tables import run_settings
 
     base = compose("train", overrides=[f"experiment={experiment}", *extra])
     rows = {row: run_settings(compose("train", overrides=[f"experiment={experiment}", *ov, *extra]))

@@ -11,13 +11,13 @@ from omegaconf import OmegaConf
 
 from common.config import CONFIG_DIR, UserError
 from common.reproduce.claims import MIN_SEEDS, NOISE, check_controls, claim_spec, judge_spec
-from common.reproduce.fingerprint import code_hash, config_targets, runtime_hash
+from common.reproduce.fingerprint import code_hash, config_targets, run_settings, runtime_hash
 from common.reproduce.machine import machine
 from common.reproduce.record import RUN_INFO, TableResult
 from common.reproduce.why import fill
 from common.runner import run_method
+from common.target_types import check_targets
 
-_NOT_RUN_SETTINGS = ("paper", "claims", "known_failures", "table", "tuned_on")  # what a run does not read
 EXTENDED_LEVEL = 0.975   # a table that may extend its seeds looks at the data twice: each look at 97.5%
 
 
@@ -35,11 +35,6 @@ def experiments(method: str, tier: str, headline: bool = False) -> list[str]:
         raise UserError(f"no experiment config configs/experiment/{method}_{tier}*.yaml; "
                         f"method '{method}' has no {tier} tier yet.", exit_code=2)
     return names
-
-
-def run_settings(cfg) -> dict:
-    settings = OmegaConf.to_container(cfg, resolve=True)
-    return {k: v for k, v in settings.items() if k not in _NOT_RUN_SETTINGS}
 
 
 def _cached(cfg, code: str, runtime: str) -> tuple[dict, float | None, float | None, dict] | None:
@@ -224,6 +219,8 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
     held_out = seeds is not None
     seeds = list(seeds) if held_out else list(base.table.seeds)
     check_seeds(experiment, base, seeds, held_out)
+    for row_overrides in base.table.rows.values():   # a value of the wrong type fails before any run
+        check_targets(compose("train", overrides=[f"experiment={experiment}", *row_overrides, *extra]))
     controls = controls_of(base)
     if controls and base.table.get("sub_rows"):
         # a misspelt control fails before any run (without declared sub-rows: after the first seeds)

@@ -13,7 +13,7 @@ from methods.intra_fusion.networks import VGG, VGG11, ResNet18
 from methods.intra_fusion.recipe import crop_flip, dense_checkpoint, load_dense, standardise, use_step_decay
 from methods.intra_fusion.prune import (IMPORTANCES, fold_batchnorm, fuse_group, group_importance, ordered_groups,
                                         output_layer, prune)
-from methods.intra_fusion.stages import accuracy, calibration_batches, group_count, mini_cells, sweep, to_float
+from methods.intra_fusion.stages import accuracy, calibration_batches, group_count, mini_cells, standardise_fashion, sweep
 from methods.intra_fusion.transport import (MASSES, NORMALIZATIONS, fuse_layer, keep_indices, kept_count, masses,
                                             merge, merge_incoming, merge_outgoing, neuron_cost, transport_plan)
 
@@ -33,7 +33,7 @@ def run(cfg, ctx) -> dict[str, float]:
     m = cfg.method
     splits = data.image_splits(cfg.dataset)
     norm, aug = m.normalize, m.augment
-    prep = (lambda im: standardise(im, list(norm.mean), list(norm.std))) if norm is not None else to_float
+    prep = (lambda im: standardise(im, list(norm.mean), list(norm.std))) if norm is not None else standardise_fashion
     x_raw, y = splits["train"]
     x = prep(x_raw)
     x_test, y_test = prep(splits["test"][0]), splits["test"][1]

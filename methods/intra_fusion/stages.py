@@ -6,33 +6,18 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from common.data.transforms import to_float
 from common.eval import model_accuracy
 from methods.intra_fusion.prune import fold_batchnorm, ordered_groups, output_layer, prune
 
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 
 
-def to_float(images: torch.Tensor) -> torch.Tensor:
-    """uint8 (N, C, H, W) -> standardised float32 (N, C, H, W)."""
-    return (images.float() / 255 - FASHION_MEAN) / FASHION_STD
-
-
-def fit(model: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = 2, batch_size: int = 64,
-        lr: float = 1e-3, seed: int = 0) -> nn.Module:
-    """Adam on the cross-entropy, shuffled mini-batches; returns the model in eval mode."""
-    gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    for _ in range(epochs):
-        for idx in torch.randperm(len(x), generator=gen).split(batch_size):
-            loss = F.cross_entropy(model(x[idx]), y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-    return model.eval()
+def standardise_fashion(images: torch.Tensor) -> torch.Tensor:
+    """uint8 (N, C, H, W) -> float32 standardised by Fashion-MNIST's mean and std."""
+    return (to_float(images) - FASHION_MEAN) / FASHION_STD
 
 
 def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000) -> float:

@@ -67,8 +67,10 @@ def run(cfg, ctx) -> dict[str, float]:
     for row, rule in m.rules.items():
         torch.manual_seed(ctx.seed)   # every rule starts from the same head
         head = instantiate(m.head, in_dim=views.shape[-1], num_clusters=k)
-        head, history = train_head(views, head, **m.clustering, rho_start=rule.rho_start, rho_end=rule.rho_end,
-                                   kl_weight=float(rule.kl_weight), seed=ctx.seed)
+        loop = {k: v for k, v in m.clustering.items() if k != "optimizer"}
+        head, history = train_head(views, head, **loop, optimizer=instantiate(m.clustering.optimizer),
+                                   rho_start=rule.rho_start, rho_end=rule.rho_end, kl_weight=float(rule.kl_weight),
+                                   seed=ctx.seed)
         pred = predict_clusters(head, lt_feats)
         metrics |= {f"{row}/{n}": v for n, v in
                     evaluate_clusters(pred, lt_y, predict_clusters(head, test_feats), test_y, k).items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from functools import partial
 from typing import Callable
 
 import torch
@@ -53,7 +54,7 @@ def cosine_lr(base_lr: float, epoch: int, epochs: int, decay: float = 0.1) -> fl
 
 
 def train_head(view_feats: torch.Tensor, head: ClusterHead, *, epochs: int = 50, batch_size: int = 512,
-               lr: float = 5e-4, epsilon: float = 0.1, kl_weight: float = 1.0, rho_start: float = 0.1,
+               optimizer: Callable[..., torch.optim.Optimizer] | None = None, epsilon: float = 0.1, kl_weight: float = 1.0, rho_start: float = 0.1,
                rho_end: float = 1.0, rho_kind: str = "sigmoid", memory_batches: int = 10, seed: int = 0,
                max_iter: int = 1000, tol: float = 1e-6, warm_start: bool = True) -> tuple[ClusterHead, dict]:
     """Train a fresh ClusterHead (in_dim = D) on cached features (V, N, D) with one pseudo-labelling rule.
@@ -77,7 +78,10 @@ def train_head(view_feats: torch.Tensor, head: ClusterHead, *, epochs: int = 50,
     total = epochs * steps_per_epoch
     num_clusters = head.head.prototypes.shape[0]
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(head.parameters(), lr=lr, weight_decay=0.0)
+    # the official optimiser (Adam, lr 5e-4, no weight decay) unless the config names another; its lr is
+    # the base of the per-epoch cosine schedule
+    opt = (optimizer or partial(torch.optim.Adam, lr=5e-4, weight_decay=0.0))(head.parameters())
+    lr = opt.defaults["lr"]
     memory = LogitsMemory(num_clusters, memory_batches * batch_size) if memory_batches > 0 else None
     history = {"loss": [], "rho": [], "label_mass": [], "iterations": []}
     solve = dict(epsilon=epsilon, kl_weight=kl_weight, max_iter=max_iter, tol=tol, warn=False)
