@@ -4,6 +4,8 @@
     python scripts/reproduce.py --ci-plan [--budget-min 35]      what CI would re-run, and its minutes
     python scripts/reproduce.py --ci [--budget-min 35]           run that plan (CI), exit 1 on a failed claim
     python scripts/reproduce.py <method> --tier paper --dry-run  build every paper-tier model on the meta device
+    python scripts/reproduce.py <method> --rejudge [--held-out]  judge the published record again (claims,
+                                                                 controls, headline marks edited; no run)
 
 Runs every row x seed of configs/experiment/<method>_<tier>*.yaml, judges each claim paired over
 seeds (PASS / WITHIN NOISE / FAIL), writes results/<method>_<tier>.{md,json} (+ learning curves)
@@ -46,6 +48,9 @@ def main() -> None:
     parser.add_argument("--budget-min", type=float, default=35.0, help="CI's minutes for tables")
     parser.add_argument("--dry-run", action="store_true", help="paper tier: build each model on the meta device")
     parser.add_argument("--gpu-smoke", type=int, metavar="STEPS", help="paper tier: STEPS steps of each config on CUDA")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="judge the published record again by the current claims (no run; refused when stale)")
+    parser.add_argument("--held-out", action="store_true", help="with --rejudge: the held-out record")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hardware=cuda")
     args = parser.parse_args()
@@ -71,8 +76,10 @@ def main() -> None:
 
             return dry_run(args.method, args.overrides) if args.dry_run else \
                 gpu_smoke(args.method, args.gpu_smoke, args.overrides)
-        from common.reproduce import reproduce
+        from common.reproduce import rejudge_published, reproduce
 
+        if args.rejudge:
+            return rejudge_published(args.method, args.tier, args.held_out, args.check, args.overrides)
         return reproduce(args.method, args.tier, args.check, args.overrides, args.fresh, args.headline, args.seeds, args.only)
 
     sys.exit(guarded(job, args.debug))

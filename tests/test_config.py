@@ -5,6 +5,7 @@ import ast
 import pytest
 
 from common.config import CONFIG_DIR, UserError, check_choices, choices, compose_checked
+from common.reproduce.claims import claim_texts
 from common.schema import nearest, validate
 
 EXPERIMENTS = choices("experiment")
@@ -15,7 +16,7 @@ def test_every_experiment_composes_and_validates(compose_cfg, name):
     cfg = compose_cfg([f"experiment={name}"])
     assert name.startswith(cfg.method.name + "_")
     validate(cfg)
-    for claim in list(cfg.claims) + [k.claim for k in cfg.known_failures]:  # name only rows the table runs
+    for claim in claim_texts(cfg):  # name only rows the table runs
         rows = {n.value.id for n in ast.walk(ast.parse(claim, mode="eval")) if isinstance(n, ast.Attribute)}
         # a run may report several rows at once (`<row>/<metric>` metrics, e.g. procedures scored
         # on one trained model); the config declares them in `table.sub_rows`

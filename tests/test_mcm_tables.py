@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from common.data import tabular
+from common.reproduce.claims import claim_texts
 from methods.mcm import MCM, build, detector_factory, table_split
 from methods.mcm.model import FixedMasks, MaskGenerator
 
@@ -120,7 +121,7 @@ def test_capped_training_half_is_a_fixed_subsample_of_normal_rows():
 @pytest.mark.parametrize("experiment", ["mcm_mini", "mcm_mini_ablation", "mcm_mini_large"])
 def test_claims_name_rows_and_metrics_of_their_table(compose_cfg, experiment):
     cfg = compose_cfg([f"experiment={experiment}"])
-    claims = list(cfg.claims) + [k.claim for k in (cfg.get("known_failures") or [])]
+    claims = claim_texts(cfg)
     assert claims
     for claim in claims:
         refs = re.findall(r"([a-z0-9_]+)\.([a-z0-9_]+)", claim)

@@ -40,7 +40,8 @@ def test_markdown_shows_status_margin_interval_and_known_failure_reason():
 
 
 def cfg(seeds, tuned=None, claims=("a.x > b.x",)):
-    return OmegaConf.create({"claims": list(claims), "tuned_on": {"seeds": tuned} if tuned else None,
+    return OmegaConf.create({"claims": list(claims), "tuned_on": {"seeds": tuned, "split": "val"} if tuned else
+                             {"seeds": [], "split": "none", "reason": "a test"},
                              "table": {"seeds": seeds}})
 
 

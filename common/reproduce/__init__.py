@@ -21,13 +21,29 @@ def _has_claims(experiment: str, extra: list[str]) -> bool:
     return bool(cfg.claims or cfg.known_failures)
 
 
-def verdict(tables: list[TableResult], log=print) -> int:
-    """1 when any claim is not a PASS (known failures are shown, not enforced)."""
+def verdict(tables: list[TableResult], method: str = "", tier: str = "", log=print) -> int:
+    """1 when any claim is not a PASS (NOT DISCRIMINATING included; known failures are shown, not
+    enforced), or when the headline table tests nothing (neither a claim nor a known failure)."""
     failed = [f"{c.claim} ({c.status})" for t in tables for c in t.claims if c.status != PASS]
+    empty = [t.experiment for t in tables if t.experiment == f"{method}_{tier}" and t.purpose != "tuning"
+             and not (t.claims or t.known_failures)]
+    if empty:
+        log(f"headline table {empty[0]} declares neither a claim nor a known failure: it tests nothing")
     if failed:
         log("claims that did not PASS: " + "; ".join(failed))
-        return 1
-    return 0
+    return 1 if failed or empty else 0
+
+
+def rejudge_published(method: str, tier: str, held_out: bool, check: bool, extra: list[str]) -> int:
+    """Judge a published record again by the configs as they stand (no run; see rejudge.py)."""
+    from common.reproduce.rejudge import rejudge
+
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        tables = rejudge(method, tier, held_out, extra)
+    command = f"python scripts/reproduce.py {method} --tier {tier}" + (" --seeds ..." if held_out else "")
+    print(publish(method, tier, tables, command, {}, rejudged=True))
+    code = verdict(tables, method, tier)
+    return code if check else 0
 
 
 def reproduce(method: str, tier: str, check: bool, extra: list[str], fresh: bool = False,
@@ -55,7 +71,7 @@ experiments of the tier, the record's other tables kept as they are."""
         print(markdown(method, tier, tables, command))
     else:
         print(publish(method, tier, tables, command, fingerprints, keep_others=bool(only)))
-    code = verdict(tables)
+    code = verdict(tables, method, tier)
     return code if check else 0
 
 

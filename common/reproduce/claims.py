@@ -11,19 +11,26 @@ paired t-interval at 95%:
     WITHIN NOISE  the mean margin holds, its interval does not clear 0
     FAIL          the mean margin does not hold
 A chained comparison (a < b < c) gets the worst status of its links.
+
+A claim is evidence only if a method that learned nothing would fail it (DESIGN.md section 4).
+A table names, per row, the naive rows that stand in for it (`table.controls: {transformer:
+[ridge, zero]}`); each claim naming a controlled row is judged again with that row replaced by each
+control, on the same seeds. A claim that PASSes while some control version PASSes too is
+NOT DISCRIMINATING, which `--check` treats as a failure.
 """
 from __future__ import annotations
 
 import ast
 import math
 import operator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from common.config import UserError
 
 PASS, NOISE, FAIL = "PASS", "WITHIN NOISE", "FAIL"
+NOT_DISCRIMINATING = "NOT DISCRIMINATING"
 _ORDER = {PASS: 0, NOISE: 1, FAIL: 2}
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
@@ -40,7 +47,11 @@ class ClaimResult:
     values: str                 # the claim with the means filled in
     per_seed: list[float]       # margins per seed, in the table's seed order
     seeds_needed: int | None    # seeds for PASS if the margin and spread stay as measured
-    why: str | None = None      # known failures: the reason
+    why: str | None = None      # known failures: the reason (placeholders filled from this record)
+    headline: bool = False      # the paper's own main finding, not a side check
+    level: float = 0.95         # of the interval: 0.975 when the table extended its seeds (two looks)
+    controls: list[dict] = field(default_factory=list)   # {row, control, claim, status, margin, low, high}
+    no_control: str | None = None   # `control: none`: why no naive alternative applies
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,8 +123,8 @@ def seeds_needed(samples: np.ndarray, level: float = 0.95, most: int = 50) -> in
     return most + 1
 
 
-def _link_status(margins: np.ndarray, strict: bool) -> tuple[str, float, float, float]:
-    mean, low, high = t_interval(margins)
+def _link_status(margins: np.ndarray, strict: bool, level: float = 0.95) -> tuple[str, float, float, float]:
+    mean, low, high = t_interval(margins, level)
     holds = mean > 0 if strict else mean >= 0
     if not holds:
         return FAIL, mean, low, high
@@ -123,7 +134,8 @@ def _link_status(margins: np.ndarray, strict: bool) -> tuple[str, float, float, 
     return (PASS if clears else NOISE), mean, low, high
 
 
-def judge(claim: str, table: dict[str, dict[str, list[float]]], why: str | None = None) -> ClaimResult:
+def judge(claim: str, table: dict[str, dict[str, list[float]]], why: str | None = None,
+          level: float = 0.95) -> ClaimResult:
     """Evaluate `claim` on `table[row][metric]` = per-seed values (rows share the seed order)."""
     tree = _parse(claim)
     arrays = {r: {m: np.asarray(v, dtype=float) for m, v in metrics.items()} for r, metrics in table.items()}
@@ -139,7 +151,7 @@ def judge(claim: str, table: dict[str, dict[str, list[float]]], why: str | None 
         right = _value(node, claim, arrays)
         sign = 1.0 if isinstance(op, (ast.Gt, ast.GtE)) else -1.0
         margins = np.atleast_1d(sign * (left - right))
-        status, mean, low, high = _link_status(margins, isinstance(op, (ast.Lt, ast.Gt)))
+        status, mean, low, high = _link_status(margins, isinstance(op, (ast.Lt, ast.Gt)), level)
         link = (status, mean, low, high, margins)
         if worst is None or _ORDER[status] > _ORDER[worst[0]] or (status == worst[0] and mean < worst[1]):
             worst = link
@@ -147,4 +159,94 @@ def judge(claim: str, table: dict[str, dict[str, list[float]]], why: str | None 
         left = right
     status, mean, low, high, margins = worst
     return ClaimResult(claim, status, mean, low, high, " ".join(filled), [float(m) for m in margins],
-                       seeds_needed(margins), why)
+                       seeds_needed(margins, level), why, level=level)
+
+
+# --- claim entries and controls ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One entry of `claims:` or `known_failures:`: a string, or a mapping
+    {claim, headline, control: none, reason, why}."""
+    claim: str
+    headline: bool = False
+    no_control: str | None = None
+    why: str | None = None
+
+
+_SPEC_KEYS = {"claim", "headline", "control", "reason", "why"}
+
+
+def claim_spec(entry, known: bool = False) -> ClaimSpec:
+    """Normalise a config entry; a misspelt key, `control` other than none, or `control: none`
+    without a reason is a config error (exit 2)."""
+    if isinstance(entry, str):
+        if known:
+            raise UserError(f"known failure '{entry}' needs a mapping {{claim, why}}", exit_code=2)
+        return ClaimSpec(entry)
+    entry = dict(entry)
+    unknown = sorted(set(entry) - _SPEC_KEYS)
+    if unknown or "claim" not in entry:
+        raise UserError(f"claim entry {entry}: keys are {sorted(_SPEC_KEYS)} and `claim` is required "
+                        f"(unknown: {unknown})", exit_code=2)
+    control = entry.get("control")
+    if control is not None and str(control).lower() != "none":
+        raise UserError(f"claim '{entry['claim']}': `control` may only be `none` (controls are declared per "
+                        f"row in table.controls); got {control!r}", exit_code=2)
+    reason = entry.get("reason")
+    if control is not None and not reason:
+        raise UserError(f"claim '{entry['claim']}' says `control: none`: give the one-line `reason`", exit_code=2)
+    if known and not entry.get("why"):
+        raise UserError(f"known failure '{entry['claim']}' needs a `why`", exit_code=2)
+    return ClaimSpec(str(entry["claim"]), bool(entry.get("headline", False)),
+                     str(reason) if control is not None else None, entry.get("why"))
+
+
+def claim_texts(cfg) -> list[str]:
+    """The claim strings of a config's `claims` and `known_failures` (entries may be mappings)."""
+    return [e if isinstance(e, str) else str(e["claim"]) for e in [*(cfg.get("claims") or []),
+                                                                  *(cfg.get("known_failures") or [])]]
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, old: str, new: str):
+        self.old, self.new = old, new
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(self.new, node.ctx) if node.id == self.old else node
+
+
+def substitute(claim: str, row: str, control: str) -> str:
+    """`claim` with every `row.metric` read as `control.metric`."""
+    return ast.unparse(_Rename(row, control).visit(_parse(claim)))
+
+
+def check_controls(controls: dict[str, list[str]], rows: set[str], where: str) -> None:
+    """Every controlled row and every control names a row of the table (exit 2 otherwise)."""
+    for row, stand_ins in controls.items():
+        missing = sorted(({row} | set(stand_ins)) - rows)
+        if missing:
+            raise UserError(f"{where}: table.controls names {missing}, not rows of the table {sorted(rows)}",
+                            exit_code=2)
+
+
+def judge_spec(spec: ClaimSpec, table: dict[str, dict[str, list[float]]], controls: dict[str, list[str]],
+               level: float = 0.95, why: str | None = None) -> ClaimResult:
+    """`judge` plus each control version of the claim: with a controlled row it names replaced by a
+    control (a control the claim already names is skipped: it would be compared with itself). A
+    PASS that a control also PASSes becomes NOT DISCRIMINATING."""
+    result = judge(spec.claim, table, why=why, level=level)
+    result.headline, result.no_control = spec.headline, spec.no_control
+    if spec.no_control is None:
+        named = rows_of(spec.claim)
+        for row in sorted(named & set(controls)):
+            for control in controls[row]:
+                if control in named:
+                    continue
+                version = substitute(spec.claim, row, control)
+                c = judge(version, table, level=level)
+                result.controls.append({"row": row, "control": control, "claim": version, "status": c.status,
+                                        "margin": c.margin, "low": c.low, "high": c.high})
+    if result.status == PASS and any(c["status"] == PASS for c in result.controls):
+        result.status = NOT_DISCRIMINATING
+    return result

@@ -135,7 +135,8 @@ def table_fingerprint(method: str, experiment: str, extra: list[str] = ()) -> di
     code, files = code_hash(method)
     runtime, runtime_files_ = runtime_hash(set().union(*(config_targets(r) for r in rows.values())))
     return {"code": code, "runtime": runtime, "settings": settings_hash(rows), "env": env_versions(), "files": files,
-            "runtime_files": runtime_files_, "seeds": list(base.table.seeds)}
+            "runtime_files": runtime_files_, "seeds": list(base.table.seeds),
+            "extend": int(base.table.extend.to) if base.table.get("extend") else None}
 
 
 def staleness(recorded: dict | None, current: dict) -> str | None:
@@ -154,6 +155,8 @@ def staleness(recorded: dict | None, current: dict) -> str | None:
     seeds = recorded.get("seeds")
     if seeds is not None and "seeds" in current and list(seeds) != list(current["seeds"]):
         return "seeds changed"
+    if recorded.get("extend") != current.get("extend"):
+        return "seeds changed"   # the extension rule decides which seeds run
     if recorded.get("env") != current["env"]:
         return "packages changed"
     return None

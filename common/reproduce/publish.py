@@ -21,9 +21,10 @@ def stem(method: str, tier: str, held_out: bool) -> str:
 
 
 def publish(method: str, tier: str, tables: list[TableResult], command: str, fingerprints: dict,
-            keep_others: bool = False) -> str:
+            keep_others: bool = False, rejudged: bool = False) -> str:
     """Write results/, update the README regions and the status pages; return the Markdown.
-    `keep_others`: the tables re-run replace theirs in the record; its other tables stay as recorded."""
+    `keep_others`: the tables re-run replace theirs in the record; its other tables stay as recorded.
+    `rejudged`: the tables' runs, curves, figures, fingerprints and stamps are the record's own."""
     held_out = any(t.held_out for t in tables)
     RESULTS_DIR.mkdir(exist_ok=True)
     fresh = list(tables)
@@ -43,7 +44,7 @@ def publish(method: str, tier: str, tables: list[TableResult], command: str, fin
     # per table: `--only` re-runs one table of a file, and the file's provenance would otherwise
     # restamp the tables it kept as if they had been verified now
     stamp = {k: v for k, v in results.provenance().items() if k in ("git_sha", "time")}
-    for t in fresh:
+    for t in ([] if rejudged else fresh):
         name = t.experiment + ("_heldout" if held_out else "")
         plot = plot_curves(t.runs, RESULTS_DIR / f"{name}.png", name)
         t.plot = str(plot) if plot else None
@@ -100,19 +101,50 @@ def status_matrix(tier: str = "mini") -> list[str]:
             prov = stamps.get(experiment, {})
             verified = f"{prov.get('time', '?')[:10]} `{prov.get('git_sha', '?')[:8]}`"
             margin = f"{c['margin']:.3g} [{c['low']:.3g}, {c['high']:.3g}]"
-            lines.append(f"| {record['method']} | {experiment} | `{claim}` | {_status(c)} | {margin} | "
+            shown = f"**headline** `{claim}`" if c.get("headline") else f"`{claim}`"
+            lines.append(f"| {record['method']} | {experiment} | {shown} | {_status(c)} | {margin} | "
                          f"{_status(held.get((experiment, claim)))} | {verified} |")
     return lines
 
 
-def methods_table(tier: str = "mini") -> list[str]:
-    """The README's methods table: per method, how its headline claims fare."""
+REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTED = "REPRODUCED", "PARTLY", "NOT REPRODUCED", "NOT TESTED"
+
+
+def headline_verdict(main: dict | None, held: dict | None) -> tuple[str, int, int]:
+    """(verdict, headline claims that PASS discriminating on report and held-out seeds, headline
+    claims): REPRODUCED all, PARTLY some, NOT REPRODUCED none, NOT TESTED when none is declared."""
+    report = {k: c for k, c in _claims(main).items() if c.get("headline")}
+    if not report:
+        return NOT_TESTED, 0, 0
+    held_out = _claims(held)
+    passed = sum(c["status"] == PASS and held_out.get(k, {}).get("status") == PASS for k, c in report.items())
+    verdict = REPRODUCED if passed == len(report) else PARTLY if passed else NOT_REPRODUCED
+    return verdict, passed, len(report)
+
+
+def verdict_count(tier: str = "mini") -> str:
+    """One line: how many papers reproduce their headline at this tier."""
     records = load_records(tier)
-    lines = ["| method | paper | mini-tier claims | on held-out seeds | known failures |",
-             "|---|---|---|---|---|"]
-    for readme in sorted((results.ROOT / "methods").glob("*/README.md")):
-        method = readme.parent.name
-        title = readme.read_text().splitlines()[0].lstrip("# ").strip()
+    verdicts = [headline_verdict(records.get(f"{m}_{tier}"), records.get(f"{m}_{tier}_heldout"))[0]
+                for m in _method_names()]
+    n = {v: verdicts.count(v) for v in (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTED)}
+    return (f"Headline reproduced at the {tier} tier: **{n[REPRODUCED]} of {len(verdicts)} papers**, "
+            f"{n[PARTLY]} partly, {n[NOT_REPRODUCED]} not reproduced, {n[NOT_TESTED]} not tested "
+            f"(a headline claim counts when it PASSes, discriminating, on the report and the held-out seeds).")
+
+
+def _method_names() -> list[str]:
+    return [p.parent.name for p in sorted((results.ROOT / "methods").glob("*/README.md"))]
+
+
+def methods_table(tier: str = "mini") -> list[str]:
+    """The README's methods table: per method, its headline verdict and how its claims fare."""
+    records = load_records(tier)
+    lines = [verdict_count(tier), "",
+             "| method | paper | headline | mini-tier claims | on held-out seeds | known failures |",
+             "|---|---|---|---|---|---|"]
+    for method in _method_names():
+        title = (results.ROOT / "methods" / method / "README.md").read_text().splitlines()[0].lstrip("# ").strip()
         main, held = records.get(f"{method}_{tier}"), records.get(f"{method}_{tier}_heldout")
         claims = [c for c in _claims(main).values() if not c["known"]]
         known = [c for c in _claims(main).values() if c["known"]]
@@ -120,8 +152,11 @@ def methods_table(tier: str = "mini") -> list[str]:
         def count(cs):
             return f"{sum(c['status'] == PASS for c in cs)}/{len(cs)} PASS" if cs else "—"
 
+        verdict, passed, total = headline_verdict(main, held)
+        headline = f"{verdict} ({passed}/{total})" if total else verdict
         held_claims = [c for c in _claims(held).values() if not c["known"]]
-        lines.append(f"| [{method}](methods/{method}) | {title} | {count(claims) if main else 'no table yet'} | "
+        lines.append(f"| [{method}](methods/{method}) | {title} | {headline} | "
+                     f"{count(claims) if main else 'no table yet'} | "
                      f"{count(held_claims) if held else 'not run'} | {len(known)} |")
     return lines
 
@@ -131,8 +166,9 @@ def write_status_pages(tier: str = "mini") -> None:
              "Generated by `scripts/reproduce.py` from `results/*.json`. A claim is judged per seed "
              "(rows share seeds) and on its mean with a paired 95% t-interval: PASS when the interval "
              "clears the boundary, WITHIN NOISE when only the mean does, FAIL otherwise. Known failures "
-             "are the paper's claims that do not reproduce at this tier, with the reason in the table.",
-             "", "## Status", "", *status_matrix(tier), ""]
+             "are the paper's claims that do not reproduce at this tier, with the reason in the table. "
+             "A claim that a naive control row also PASSes is NOT DISCRIMINATING.",
+             "", verdict_count(tier), "", "## Status", "", *status_matrix(tier), ""]
     for md in sorted(RESULTS_DIR.glob("*.md")):
         parts += [re.sub(r"^(#+) ", r"#\1 ", md.read_text().replace("](", "](../results/"), flags=re.M), ""]
     (results.ROOT / "docs" / "reproductions.md").write_text("\n".join(parts))

@@ -27,6 +27,10 @@ class TableResult:
     plot: str | None = None
     held_out: bool = False                             # run with --seeds other than the config's
     verified: dict | None = None                       # {git_sha, time} of the publication, {cpu, threads} of its runs
+    controls: dict = field(default_factory=dict)       # row -> the naive rows that stand in for it
+    level: float = 0.95                                # of the claims' intervals (0.975 with an extension rule)
+    extension: dict | None = None                      # {to, first_seeds, fired, why} when the table has a rule
+    rejudged: dict | None = None                       # {git_sha, time}: claims re-judged on the recorded runs
 
     def per_seed(self) -> dict[str, dict[str, list[float]]]:
         """row -> metric -> values in seed order (what claims are judged on)."""

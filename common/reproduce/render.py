@@ -18,14 +18,27 @@ def _interval(c: ClaimResult) -> str:
     return f"margin {c.margin:.3g} [{c.low:.3g}, {c.high:.3g}]"
 
 
+def _controls(c: ClaimResult) -> str:
+    """Each control version's status, e.g. "control ridge: FAIL (margin -0.08 [-0.11, -0.05])"."""
+    if c.no_control:
+        return f" No control: {c.no_control}."
+    parts = [f"control {d['control']}: {d['status']} ({_interval(_as_result(d))})" for d in c.controls]
+    return (" " + "; ".join(parts) + ".") if parts else ""
+
+
+def _as_result(d: dict) -> ClaimResult:
+    return ClaimResult(d["claim"], d["status"], d["margin"], d["low"], d["high"], "", [], None)
+
+
 def claim_line(c: ClaimResult, known: bool = False) -> str:
     needed = ""
     if c.status != PASS and c.seeds_needed:
         needed = f"; ≈{c.seeds_needed} seeds would resolve it at this margin and spread"
+    tag = "**headline** " if c.headline else ""
     if known:
         note = "now PASSES: move it back to claims" if c.status == PASS else c.status
-        return f"- NOT REPRODUCED ({note}): `{c.claim}` ({c.values}; {_interval(c)}{needed}). {c.why}"
-    return f"- {c.status}: `{c.claim}` ({c.values}; {_interval(c)}{needed})"
+        return f"- {tag}NOT REPRODUCED ({note}): `{c.claim}` ({c.values}; {_interval(c)}{needed}). {c.why}{_controls(c)}"
+    return f"- {tag}{c.status}: `{c.claim}` ({c.values}; {_interval(c)}{needed}).{_controls(c)}"
 
 
 def wall_time(t: TableResult) -> str:
@@ -56,9 +69,21 @@ def table_markdown(t: TableResult, level: str = "##") -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     seeds = ", ".join(map(str, t.seeds))
     lines += ["", f"Seeds {seeds}; mean ± std over seeds. Compute: {wall_time(t)}.", ""]
+    if t.extension:
+        lines += [f"Extension rule (fixed before the run): to {t.extension['to']} seeds; "
+                  f"first seeds {', '.join(map(str, t.extension['first_seeds']))}; {t.extension['why']}.", ""]
+    if t.controls:
+        lines += ["Controls (each claim naming the row is re-judged with the row replaced; a claim a control "
+                  "also PASSes is NOT DISCRIMINATING): "
+                  + "; ".join(f"{row} ← {', '.join(cs)}" for row, cs in t.controls.items()) + ".", ""]
     if t.claims or t.known_failures:
-        lines += ["Claims (paired over seeds; margin > 0 means the claim holds; 95% t-interval):", ""]
+        lines += [f"Claims (paired over seeds; margin > 0 means the claim holds; {t.level * 100:g}% t-interval"
+                  + ("; 97.5% because the table may extend its seeds, two looks at the data" if t.level > 0.95
+                     else "") + "):", ""]
         lines += [claim_line(c) for c in t.claims] + [claim_line(k, known=True) for k in t.known_failures]
+    if t.rejudged:
+        lines += ["", f"Claims re-judged on the recorded runs at `{t.rejudged.get('git_sha', '?')[:8]}` "
+                  f"({t.rejudged.get('time', '?')[:10]}): the code and settings that produced the runs are unchanged."]
     if t.plot:
         lines += ["", f"![learning curves]({Path(t.plot).name})"]
     for fig in t.figures:

@@ -10,13 +10,15 @@ from hydra import compose
 from omegaconf import OmegaConf
 
 from common.config import CONFIG_DIR, UserError
-from common.reproduce.claims import MIN_SEEDS, judge
+from common.reproduce.claims import MIN_SEEDS, NOISE, check_controls, claim_spec, judge_spec
 from common.reproduce.fingerprint import code_hash, config_targets, runtime_hash
 from common.reproduce.machine import machine
 from common.reproduce.record import RUN_INFO, TableResult
+from common.reproduce.why import fill
 from common.runner import run_method
 
 _NOT_RUN_SETTINGS = ("paper", "claims", "known_failures", "table", "tuned_on")  # what a run does not read
+EXTENDED_LEVEL = 0.975   # a table that may extend its seeds looks at the data twice: each look at 97.5%
 
 
 def experiments(method: str, tier: str, headline: bool = False) -> list[str]:
@@ -65,6 +67,7 @@ def check_seeds(experiment: str, base, seeds: list[int], held_out: bool) -> None
     if base.claims and len(seeds) < MIN_SEEDS:
         raise UserError(f"{experiment} makes claims on {len(seeds)} seed(s); a claim needs at least "
                         f"{MIN_SEEDS} (table.seeds)", exit_code=2)
+    check_tuned_on(experiment, base)
     tuned = list((base.tuned_on or {}).get("seeds", []) or [])
     overlap = sorted(set(seeds) & set(tuned))
     if overlap:
@@ -74,6 +77,82 @@ def check_seeds(experiment: str, base, seeds: list[int], held_out: bool) -> None
         used = sorted(set(seeds) & set(base.table.seeds))
         if used:
             raise UserError(f"held-out seeds {used} are already seeds of {experiment}; pick new ones", exit_code=2)
+
+
+def check_tuned_on(experiment: str, base) -> None:
+    """A table that reports claims says what chose its hyper-parameters: `{seeds, split}` with a
+    split other than test, or `{seeds: [], split: none, reason}` when nothing was tuned. A tuning
+    table (`table.purpose: tuning`) declares `table.split: val`: it chooses on validation data."""
+    table = base.get("table") or {}
+    if table.get("purpose") == "tuning":
+        if table.get("split") != "val":
+            raise UserError(f"{experiment} is a tuning table: it must read validation data and say so "
+                            f"(table.split: val), got {table.get('split')!r}", exit_code=2)
+        return
+    if not (base.get("claims") or base.get("known_failures")):
+        return
+    tuned = base.get("tuned_on")
+    if tuned is None:
+        raise UserError(f"{experiment} reports claims but has no tuned_on: say what chose its hyper-parameters "
+                        f"({{seeds: [...], split: val}}) or {{seeds: [], split: none, reason: ...}}", exit_code=2)
+    split = str(tuned.get("split", ""))
+    if split.split()[0:1] == ["test"] or split.startswith("test"):
+        raise UserError(f"{experiment}: tuned_on.split is {split!r}; hyper-parameters are chosen on validation "
+                        f"data, never on the test split", exit_code=2)
+    if split == "none" and (tuned.get("seeds") or not tuned.get("reason")):
+        raise UserError(f"{experiment}: tuned_on.split none takes no seeds and a `reason`", exit_code=2)
+    if split not in ("none", "val", "train"):
+        raise UserError(f"{experiment}: tuned_on.split must be val, train or none, got {split!r}", exit_code=2)
+
+
+def controls_of(base) -> dict[str, list[str]]:
+    table = base.get("table") or {}
+    return {str(k): [str(c) for c in v] for k, v in (table.get("controls") or {}).items()}
+
+
+def level_of(base) -> float:
+    """95%, or 97.5% for a table that declares an extension rule (two looks at the data)."""
+    return EXTENDED_LEVEL if (base.get("table") or {}).get("extend") else 0.95
+
+
+def judge_claims(base, table: TableResult, experiment: str) -> None:
+    """Judge `claims` and `known_failures` of `base` on `table` (its seeds), controls included;
+    fills each `why`'s placeholders from the record."""
+    values, controls, level = table.per_seed(), controls_of(base), level_of(base)
+    if controls:
+        check_controls(controls, set(values), experiment)
+    table.controls = controls
+    table.level = level
+    table.claims = [judge_spec(claim_spec(c), values, controls, level) for c in base.claims]
+    table.known_failures = []
+    for k in base.known_failures:
+        spec = claim_spec(k, known=True)
+        result = judge_spec(spec, values, controls, level)
+        result.why = fill(spec.why, values, result, table.seeds)
+        table.known_failures.append(result)
+
+
+def extension_seeds(base, table: TableResult, taken: set[int], experiment: str) -> tuple[list[int], str]:
+    """The rule fixed in the config before the run (`table.extend: {to: N}`): when a claim is WITHIN
+    NOISE at the first seeds and would resolve with at most N seeds at the measured margin and
+    spread, the next seeds in order (skipping `taken`: tuning and report seeds) up to N in all, once."""
+    rule = (base.get("table") or {}).get("extend")
+    if not rule:
+        return [], ""
+    to = int(rule["to"])
+    judge_claims(base, table, experiment)
+    reachable = [c for c in table.claims + table.known_failures
+                 if c.status == NOISE and c.seeds_needed is not None and c.seeds_needed <= to]
+    if not reachable or len(table.seeds) >= to:
+        return [], (f"not extended: no claim WITHIN NOISE that {to} seeds would resolve"
+                    if len(table.seeds) < to else f"not extended: already {len(table.seeds)} seeds")
+    extra, s = [], max(table.seeds) + 1
+    while len(table.seeds) + len(extra) < to:
+        if s not in taken:
+            extra.append(s)
+        s += 1
+    names = "; ".join(f"`{c.claim}` (≈{c.seeds_needed} seeds)" for c in reachable)
+    return extra, f"extended to {to} seeds: WITHIN NOISE at {len(table.seeds)} seeds, resolvable: {names}"
 
 
 def expand_rows(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
@@ -96,17 +175,9 @@ def expand_rows(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return out
 
 
-def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] | None = None,
-              log=print) -> TableResult:
-    """All rows x seeds of one experiment config (`seeds` replaces the config's: held-out runs)."""
-    base = compose("train", overrides=[f"experiment={experiment}", *extra])
-    if base.table is None:
-        raise UserError(f"experiment {experiment} has no `table:` block (rows and seeds)", exit_code=2)
-    held_out = seeds is not None
-    seeds = list(seeds) if held_out else list(base.table.seeds)
-    check_seeds(experiment, base, seeds, held_out)
-    code = code_hash(base.method.name)[0]
-    runtimes: dict[frozenset, str] = {}
+def _run_rows(experiment: str, base, extra: list[str], seeds: list[int], fresh: bool, log,
+              code: str, runtimes: dict) -> dict[str, list[dict]]:
+    """Every row of the table at `seeds`: row -> one dict per seed (RUN_INFO and metrics)."""
     runs: dict[str, list[dict]] = {}
     for row, row_overrides in base.table.rows.items():
         for seed in seeds:
@@ -130,12 +201,47 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
                 + ", ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
             runs.setdefault(row, []).append({"seed": seed, "run_dir": cfg.run_dir, "wall_s": wall, "cpu_s": cpu,
                                              **where, **metrics})
-    runs = expand_rows(runs)
-    table = TableResult(experiment=experiment, seeds=seeds, metrics=list(base.table.metrics), runs=runs,
+    return runs
+
+
+def _merge(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    return {row: a.get(row, []) + b.get(row, []) for row in {**a, **b}}
+
+
+def taken_seeds(base, held_out: bool) -> set[int]:
+    """Seeds an extension must skip: the tuning seeds, and for held-out runs the report seeds."""
+    taken = set((base.tuned_on or {}).get("seeds", []) or [])
+    return taken | (set(base.table.seeds) if held_out else set())
+
+
+def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] | None = None,
+              log=print) -> TableResult:
+    """All rows x seeds of one experiment config (`seeds` replaces the config's: held-out runs),
+    extended once by the table's rule when it fires, and its claims judged."""
+    base = compose("train", overrides=[f"experiment={experiment}", *extra])
+    if base.table is None:
+        raise UserError(f"experiment {experiment} has no `table:` block (rows and seeds)", exit_code=2)
+    held_out = seeds is not None
+    seeds = list(seeds) if held_out else list(base.table.seeds)
+    check_seeds(experiment, base, seeds, held_out)
+    controls = controls_of(base)
+    if controls and base.table.get("sub_rows"):
+        # a misspelt control fails before any run (without declared sub-rows: after the first seeds)
+        check_controls(controls, set(base.table.rows) | set(base.table.get("sub_rows") or []), experiment)
+    code = code_hash(base.method.name)[0]
+    runtimes: dict[frozenset, str] = {}
+    runs = _run_rows(experiment, base, extra, seeds, fresh, log, code, runtimes)
+    table = TableResult(experiment=experiment, seeds=seeds, metrics=list(base.table.metrics), runs=expand_rows(runs),
                         paper=OmegaConf.to_container(base.paper) if base.paper else None,
                         tuned_on=OmegaConf.to_container(base.tuned_on) if base.tuned_on else None,
                         purpose=base.table.get("purpose", "report"), held_out=held_out)
-    values = table.per_seed()
-    table.claims = [judge(c, values) for c in base.claims]
-    table.known_failures = [judge(k.claim, values, why=k.why) for k in base.known_failures]
+    more, why = extension_seeds(base, table, taken_seeds(base, held_out), experiment)
+    if base.table.get("extend"):
+        table.extension = {"to": int(base.table.extend.to), "first_seeds": list(seeds), "fired": bool(more),
+                           "why": why}
+        log(f"[{experiment}] {why}")
+    if more:
+        runs = _merge(runs, _run_rows(experiment, base, extra, more, fresh, log, code, runtimes))
+        table.seeds, table.runs = seeds + more, expand_rows(runs)
+    judge_claims(base, table, experiment)
     return table

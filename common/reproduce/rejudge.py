@@ -1,0 +1,75 @@
+"""Re-judging a published table on its recorded runs, without running anything.
+
+A claim, a control, a headline mark, a known failure's `why` or an extension rule is not a run
+setting: changing one must not cost a re-run. `reproduce.py <m> --rejudge` reads
+results/<m>_<tier>[_heldout].json, checks that the code, run machinery, settings and packages that
+produced each table still match (otherwise the runs describe other code: re-run it), applies the
+table's extension rule to the recorded seeds (refusing when it needs seeds the record lacks), judges
+every claim again and publishes the record with a `rejudged` stamp beside its original `verified` one."""
+from __future__ import annotations
+
+import json
+
+from hydra import compose
+
+from common import results
+from common.config import UserError
+from common.reproduce.fingerprint import staleness, table_fingerprint
+from common.reproduce.publish import RESULTS_DIR, stem
+from common.reproduce.record import TableResult
+from common.reproduce.tables import extension_seeds, judge_claims, taken_seeds
+
+
+def _only_seeds(table: TableResult, seeds: list[int]) -> TableResult:
+    have = {s["seed"] for rows in table.runs.values() for s in rows}
+    missing = sorted(set(seeds) - have)
+    if missing:
+        raise UserError(f"{table.experiment}: the record has no runs for seeds {missing}; re-run the table "
+                        f"instead of re-judging it", exit_code=2)
+    runs = {row: [s for s in rows if s["seed"] in seeds] for row, rows in table.runs.items()}
+    return TableResult(**{**table.__dict__, "seeds": list(seeds), "runs": runs})
+
+
+def rejudge_table(method: str, table: TableResult, extra: list[str]) -> TableResult:
+    """The recorded `table` judged by the configs as they stand now."""
+    base = compose("train", overrides=[f"experiment={table.experiment}", *extra])
+    current = table_fingerprint(method, table.experiment, extra)
+    recorded = dict(table.fingerprint or {})
+    why = staleness({**recorded, "seeds": current["seeds"], "extend": current.get("extend")}, current)
+    if why is not None:
+        raise UserError(f"{table.experiment}: {why} since it was recorded; its runs describe other code or "
+                        f"settings, so re-run it (python scripts/reproduce.py {method} --tier mini "
+                        f"--only {table.experiment}{' --seeds ...' if table.held_out else ''})", exit_code=2)
+    if table.held_out:
+        first = (table.extension or {}).get("first_seeds") or table.seeds[:len(base.table.seeds)]
+    else:
+        first = list(base.table.seeds)
+    out = _only_seeds(table, first)
+    out.extension = None
+    more, reason = extension_seeds(base, out, taken_seeds(base, table.held_out), table.experiment)
+    if base.table.get("extend"):
+        out.extension = {"to": int(base.table.extend.to), "first_seeds": list(first), "fired": bool(more),
+                         "why": reason}
+    if more:
+        extended = _only_seeds(table, first + more)
+        extended.extension = out.extension
+        out = extended
+    judge_claims(base, out, table.experiment)
+    out.fingerprint = {**recorded, "seeds": current["seeds"], "extend": current.get("extend")}
+    out.rejudged = {k: v for k, v in results.provenance().items() if k in ("git_sha", "time")}
+    return out
+
+
+def rejudge(method: str, tier: str, held_out: bool, extra: list[str]) -> list[TableResult]:
+    path = RESULTS_DIR / f"{stem(method, tier, held_out)}.json"
+    if not path.exists():
+        raise UserError(f"no record {path.relative_to(results.ROOT)} to re-judge; run the table first", exit_code=2)
+    record = json.loads(path.read_text())
+    tables = []
+    for d in record["tables"]:
+        table = TableResult.from_dict(d)
+        if table.purpose == "tuning":   # a sweep makes no claims: kept as recorded
+            tables.append(table)
+            continue
+        tables.append(rejudge_table(method, table, extra))
+    return tables
