@@ -366,3 +366,46 @@ def test_run_config_builds_the_model_and_rejects_unknown_penalties(compose_cfg):
     cfg.method.penalty = "volumes"
     with pytest.raises(UserError, match="method.penalty"):
         run(cfg, None)
+
+
+def test_pixels_row_is_the_inputs_as_their_own_code(compose_cfg, tmp_path):
+    """method.penalty=pixels: encode = decode = identity, nothing trained; rec is 0 and the k-NN
+    accuracy is scikit-learn's 5-NN on the raw test pixels against the raw train pixels."""
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from common.runner import run_method
+
+    cfg = compose_cfg(["experiment=least_volume_smoke", "method.penalty=pixels", f"run_dir={tmp_path}",
+                       "logger=none"])
+    out = run_method(cfg)
+    splits = digits_splits(cfg.method.val_share)
+    (xtr, ytr), (xte, yte) = splits["train"], splits["test"]
+    knn = KNeighborsClassifier(n_neighbors=5).fit(xtr.numpy(), ytr.numpy())
+    assert out["knn_acc"] == pytest.approx(float((knn.predict(xte.numpy()) == yte.numpy()).mean()))
+    assert out["rec"] == 0.0
+    expected = pruned_loss(lambda x: x, lambda z: z, xte, 8)      # the 8 highest-variance pixels kept
+    assert out["rec_at_8"] == pytest.approx(expected, rel=1e-6)
+    assert "train_loss" not in out
+
+
+def test_sweep_stage_equals_the_single_run_and_draws_the_trade_off(compose_cfg, tmp_path):
+    """Each penalty x λ of `method.sweep` starts from the initialisation and batch order of a
+    single run of the same seed, so its numbers are that run's; the figure is written."""
+    from common.config import UserError
+    from common.runner import run_method
+
+    base = ["experiment=least_volume_smoke", "logger=none", "seed=3"]
+    sweep = run_method(compose_cfg(base + [f"run_dir={tmp_path / 'sweep'}",
+                                           "method.sweep={penalties: {vol: volume, st: student_t}, "
+                                           "weights: [0.01, 0.03]}"]))
+    single = run_method(compose_cfg(base + [f"run_dir={tmp_path / 'single'}", "method.penalty=student_t",
+                                            "method.weight=0.03"]))
+    assert {k.split("/")[0] for k in sweep} == {"vol_1e-2", "vol_3e-2", "st_1e-2", "st_3e-2"}
+    assert {k: sweep[f"st_3e-2/{k}"] for k in single} == single
+    assert sweep["vol_1e-2/rec"] != sweep["vol_3e-2/rec"]
+    assert (tmp_path / "sweep" / "trade_off.png").stat().st_size > 0
+    from methods.least_volume import run
+
+    bad = compose_cfg(base + ["method.sweep={penalties: {p: pca}, weights: [0.01]}"])
+    with pytest.raises(UserError, match="method.sweep"):
+        run(bad, None)

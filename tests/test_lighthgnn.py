@@ -13,7 +13,8 @@ from common.config import UserError
 from common.data import safe_pickle
 from common.data.hypergraphs import Hypergraph, load_hypergraph, random_split, synthetic_hypergraph
 from methods.lighthgnn import (HGNN, Distillation, HGNNSmoothing, MLPStudent, hyperedge_kd_loss, kd_loss,
-                               lighthgnn_loss, observe, reliability, topology_score, with_self_loops)
+                               lighthgnn_loss, observe, official_kd_loss, reliability, topology_score,
+                               with_self_loops)
 from methods.lighthgnn.data import incidence_pairs, l1_normalise, normalise_features
 
 EDGES = [[0, 1, 2], [2, 3], [1, 3, 4]]   # vertex 5 is in no hyperedge -> self-loop
@@ -69,6 +70,31 @@ def test_kd_loss_by_hand():
     expected = tau ** 2 * sum(pt[k] * math.log(pt[k] / ps[k]) for k in range(2))
     assert kd_loss(zs, zt, tau).item() == pytest.approx(float(expected), rel=1e-6)
     assert kd_loss(zt, zt, tau).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def test_official_kd_loss_is_the_log_target_reading_written_out():
+    """The official train_stu's F.kl_div(log_softmax(z_s), softmax(z_t), batchmean, log_target=True)
+    reads the teacher's probabilities p_t as log-probabilities: (1/V) Σ_v Σ_c e^{p_t}(p_t − log p_s)."""
+    torch.manual_seed(0)
+    zs, zt = torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    ps, pt = torch.softmax(zs, -1), torch.softmax(zt, -1)
+    expected = sum(math.exp(float(pt[v, c])) * (float(pt[v, c]) - math.log(float(ps[v, c])))
+                   for v in range(5) for c in range(4)) / 5
+    assert official_kd_loss(zs, zt).item() == pytest.approx(expected, rel=1e-12)
+    # its minimiser over the student is softmax(p_t), not p_t: the paper's KL is 0 at z_s = z_t, this is not minimal there
+    flat = pt.log_softmax(-1)                      # logits of softmax(p_t)
+    assert official_kd_loss(flat, zt).item() < official_kd_loss(zt, zt).item()
+    z = flat.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(official_kd_loss(z, zt), z)
+    assert g.abs().max().item() < 1e-12
+    # and lighthgnn_loss / Distillation select it by kd="official"
+    y, idx = torch.tensor([0, 1, 2, 3, 0]), torch.tensor([0, 1])
+    loss, parts = lighthgnn_loss(zs, zt, y, idx, 0.0, 1.0, kd="official")
+    assert loss.item() == pytest.approx(expected, rel=1e-12) and set(parts) == {"kd"}
+    with pytest.raises(ValueError, match="kd"):
+        lighthgnn_loss(zs, zt, y, idx, 0.0, 1.0, kd="log_target")
+    with pytest.raises(ValueError, match="kd"):
+        Distillation(MLPStudent(4, 3, hidden=8), kd="official_kd")
 
 
 def kl_by_hand(p, q):
@@ -232,8 +258,9 @@ def test_held_out_vertices_never_reach_training(compose_cfg, tmp_path, monkeypat
     seen = {k: v for k, v in nan.items() if not k.endswith(("_inductive", "_production"))}
     assert all(math.isfinite(v) for v in seen.values()), seen
     assert seen == {k: big[k] for k in seen}
-    assert {k for k in nan if k.endswith("_inductive")} == {f"{m}_acc_inductive" for m in
-                                                          ("hgnn", "mlp", "lighthgnn", "lighthgnn_plus")}
+    assert {k for k in nan if k.endswith("_inductive")} == {f"{m}/acc_inductive" for m in
+                                                          ("hgnn", "mlp", "lighthgnn", "lighthgnn_plus",
+                                                           "lighthgnn_logtarget")}
 
 
 def test_resume_skips_finished_stages_and_reports_the_same(compose_cfg, tmp_path):
@@ -241,7 +268,8 @@ def test_resume_skips_finished_stages_and_reports_the_same(compose_cfg, tmp_path
 
     cfg = compose_cfg(["experiment=lighthgnn_smoke", f"run_dir={tmp_path}", "logger=none"])
     first = run_method(cfg)
-    assert all((tmp_path / stage / "checkpoint.pt").exists() for stage in ("hgnn", "mlp", "lighthgnn", "lighthgnn_plus"))
+    assert all((tmp_path / stage / "checkpoint.pt").exists()
+               for stage in ("hgnn", "mlp", "lighthgnn", "lighthgnn_plus", "lighthgnn_logtarget"))
     assert run_method(compose_cfg(["experiment=lighthgnn_smoke", f"run_dir={tmp_path}", "logger=none",
                                    "resume=true"])) == first
 
@@ -299,3 +327,18 @@ def test_l1_feature_normalisation_is_dhg_norm_ft_ord_1():
     torch.testing.assert_close(normalise_features(hg, "l1").features, x * inv)
     with pytest.raises(UserError, match="feature_norm"):
         normalise_features(hg, "l2")
+
+
+def test_the_log_target_student_leaves_the_other_students_unchanged(compose_cfg, tmp_path):
+    """lighthgnn_logtarget trains after the other students: without it they draw the same
+    initialisations and report the same numbers; an unknown student is a config error."""
+    from common.runner import run_method
+
+    base = ["experiment=lighthgnn_smoke", "logger=none"]
+    full = run_method(compose_cfg(base + [f"run_dir={tmp_path / 'a'}"]))
+    three = run_method(compose_cfg(base + [f"run_dir={tmp_path / 'b'}",
+                                           "method.students=[mlp,lighthgnn,lighthgnn_plus]"]))
+    assert three == {k: v for k, v in full.items() if not k.startswith("lighthgnn_logtarget/")}
+    assert "lighthgnn_logtarget/acc" in full
+    with pytest.raises(UserError, match="method.students"):
+        run_method(compose_cfg(base + [f"run_dir={tmp_path / 'c'}", "method.students=[mlp,kd]"]))

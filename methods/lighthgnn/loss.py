@@ -12,6 +12,19 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperat
     return temperature ** 2 * F.kl_div(log_p_s, log_p_t, log_target=True, reduction="batchmean")
 
 
+def official_kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """The official student loss (`train_stu` in trans_train.py), kept as a comparison row:
+    F.kl_div(log_softmax(z_s), softmax(z_t), reduction="batchmean", log_target=True). With
+    log_target=True the teacher's probabilities p_t are read as log-probabilities, so this is
+    (1/V) Σ_v Σ_c e^{p_t,vc} (p_t,vc − log p_s,vc), minimised by p_s = softmax(p_t), a flatter
+    target than p_t; no temperature is applied (official τ = 1)."""
+    return F.kl_div(F.log_softmax(student_logits, dim=-1), F.softmax(teacher_logits, dim=-1),
+                    reduction="batchmean", log_target=True)
+
+
+KD_FORMS = {"paper": kd_loss, "official": lambda s, t, temperature: official_kd_loss(s, t)}
+
+
 def hyperedge_mean(values: torch.Tensor, members: torch.Tensor, edge_of: torch.Tensor, num_edges: int) -> torch.Tensor:
     """Mean of `values` (V, ...) over each hyperedge's vertices  → (E, ...); members/edge_of are
     the flattened (vertex, hyperedge) incidence pairs (DHG's `v2e(aggr="mean")`)."""
@@ -33,18 +46,22 @@ def hyperedge_kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
 def lighthgnn_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
                    train_idx: torch.Tensor, ce_weight: float, temperature: float,
                    members: torch.Tensor | None = None, edge_of: torch.Tensor | None = None,
-                   num_edges: int = 0, sampled: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
+                   num_edges: int = 0, sampled: torch.Tensor | None = None,
+                   kd: str = "paper") -> tuple[torch.Tensor, dict]:
     """λ · CE(z_s, y) on the labelled vertices + (1 − λ) · (KD + HKD) (eq. 4; LightHGNN+ adds
     HKD inside the (1 − λ) term, as the official `train_stu`). KD is over every vertex the
-    student trains on; HKD over the `sampled` hyperedges (None: LightHGNN, no HKD). A term
-    with weight 0 is not computed. Returns (loss, {"ce", "kd", "hkd"} of the computed terms)."""
+    student trains on: the paper's τ²·KL (kd="paper") or the official code's log_target reading
+    (kd="official", `official_kd_loss`); HKD over the `sampled` hyperedges (None: LightHGNN, no
+    HKD). A term with weight 0 is not computed. Returns (loss, {"ce", "kd", "hkd"} of the computed terms)."""
+    if kd not in KD_FORMS:
+        raise ValueError(f"kd must be one of {sorted(KD_FORMS)}, got {kd!r}")
     parts: dict[str, torch.Tensor] = {}
     loss = student_logits.new_zeros(())
     if ce_weight > 0:
         parts["ce"] = F.cross_entropy(student_logits[train_idx], labels[train_idx])
         loss = loss + ce_weight * parts["ce"]
     if ce_weight < 1:
-        soft = parts["kd"] = kd_loss(student_logits, teacher_logits, temperature)
+        soft = parts["kd"] = KD_FORMS[kd](student_logits, teacher_logits, temperature)
         if sampled is not None and len(sampled):
             parts["hkd"] = hyperedge_kd_loss(student_logits, teacher_logits, members, edge_of, num_edges,
                                              sampled, temperature)

@@ -10,7 +10,7 @@ from torch import nn
 
 from common.kernels import resolve_impl
 from common.kernels.segment import offsets_from_ids, segment_sum
-from methods.lighthgnn.loss import lighthgnn_loss
+from methods.lighthgnn.loss import KD_FORMS, lighthgnn_loss
 
 
 def with_self_loops(edges: list[list[int]], num_vertices: int) -> list[list[int]]:
@@ -123,22 +123,26 @@ class MLPStudent(nn.Module):
 class Distillation(nn.Module):
     """A student and its objective: λ·CE + (1 − λ)·(KD + HKD) (`loss.lighthgnn_loss`).
     λ = 1 is the plain MLP (labels only); `hyperedge_kd` adds LightHGNN+'s hyperedge term on
-    the hyperedges that the batch samples. Defaults are the official ones (λ = 0, τ = 1)."""
+    the hyperedges that the batch samples; `kd` = "official" trains on the official code's
+    log_target KD (`loss.official_kd_loss`) instead of the paper's KL. Defaults are the official
+    ones (λ = 0, τ = 1) with the paper's KL."""
 
     def __init__(self, student: nn.Module, ce_weight: float = 0.0, temperature: float = 1.0,
-                 hyperedge_kd: bool = False):
+                 hyperedge_kd: bool = False, kd: str = "paper"):
         super().__init__()
+        if kd not in KD_FORMS:
+            raise ValueError(f"kd must be one of {sorted(KD_FORMS)}, got {kd!r}")
         if not 0.0 <= ce_weight <= 1.0:
             raise ValueError(f"ce_weight (λ) must be in [0, 1], got {ce_weight}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.student, self.ce_weight, self.temperature = student, ce_weight, temperature
-        self.hyperedge_kd = hyperedge_kd
+        self.hyperedge_kd, self.kd = hyperedge_kd, kd
 
     def training_step(self, batch: dict) -> tuple[torch.Tensor, dict]:
         logits = self.student(batch["x"])                                  # (V, C)
         sampled = batch["sampled"] if self.hyperedge_kd else None
         loss, parts = lighthgnn_loss(logits, batch["teacher_logits"], batch["labels"], batch["train"],
                                      self.ce_weight, self.temperature, batch["members"], batch["edge_of"],
-                                     batch["num_edges"], sampled)
+                                     batch["num_edges"], sampled, self.kd)
         return loss, parts

@@ -37,12 +37,13 @@ def acc(logits: torch.Tensor, labels: torch.Tensor, idx: torch.Tensor) -> float:
 def _fit(ctx, stage: str, model: torch.nn.Module, selected: torch.nn.Module, batches: Callable[[int], dict],
          predict: Callable[[], torch.Tensor], evaluate: Callable[[torch.nn.Module], dict], labels, val) -> dict:
     """Train `model` (its training_step) as `stage`; keep `selected`'s weights of the best
-    validation accuracy; return evaluate(...) and the stage's last training loss, prefixed."""
+    validation accuracy; return evaluate(...) and the stage's last training loss as `<stage>/<metric>`
+    (a table row per stage)."""
     best = BestOnValidation(selected, "val_acc")
     metrics = tasks.fit_and_evaluate(ctx, model, batches, evaluate, stage=stage, callbacks=[best],
                                      eval_fn=lambda m, step: {"val_acc": acc(predict(), labels, val)})
     metrics["best_step"] = best.best_step
-    return {f"{stage}_{k}": v for k, v in metrics.items()}
+    return {f"{stage}/{k}": v for k, v in metrics.items()}
 
 
 def fit_teacher(ctx, teacher: HGNN, p: Problem, extra_metrics: Callable[[HGNN], dict]) -> dict:
