@@ -34,6 +34,16 @@ def timed(fn, repeats: int) -> list[float]:
     return times
 
 
+def best_of(fn, repeats: int):
+    """(min seconds, last result) over `repeats` calls."""
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
 def interleaved(fns: dict, repeats: int, warmup: int = 1) -> dict[str, float]:
     """Median seconds of each callable, measured in alternation so drift hits all alike."""
     for fn in fns.values():

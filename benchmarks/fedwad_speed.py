@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,21 +17,13 @@ import ot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common_bench import save  # noqa: E402
+from benchmarks.common_bench import best_of, save  # noqa: E402
 from methods.fedwad import fedwad  # noqa: E402
 from methods.fedwad.data import gaussian_pair  # noqa: E402
 from methods.fedwad.transport import EMD_MAX_ITER  # noqa: E402
 
 DIM, ITERS, SMALL_SUPP = 50, 20, 10
 
-
-def best_of(fn, repeats: int):
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
 
 
 def row(n: int, repeats: int) -> dict:

@@ -16,7 +16,6 @@ Both sides run in float64 on the CPU (torch for ours, numpy for POT).
 import argparse
 import math
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.common_bench import save  # noqa: E402
+from benchmarks.common_bench import best_of, save  # noqa: E402
 from methods.p2ot import solve_augmented  # noqa: E402
 
 EPSILON, TOL = 0.1, 1e-6
@@ -43,15 +42,6 @@ def imbalanced_cost(n: int, k: int, seed: int = 0, dim: int = 64, ratio: float =
     protos = F.normalize(centres + 0.05 * torch.randn(k, dim, generator=gen, dtype=torch.float64), dim=1)
     return -torch.log_softmax(10.0 * F.normalize(x, dim=1) @ protos.T, dim=1)
 
-
-def best_of(fn, repeats: int):
-    """(min seconds, last result) over `repeats` calls."""
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
 
 
 def row_error(plan: np.ndarray, n: int) -> float:
