@@ -73,8 +73,6 @@ def _params(found: tuple, depth: int = 0) -> dict[str, tuple[str | None, object]
     out |= {a.arg: (ast.unparse(a.annotation) if a.annotation else None, _literal(d) if d else ...)
             for a, d in zip(args.kwonlyargs, args.kw_defaults)}
     out.pop("self", None)
-    if args.kwarg is not None:
-        out["**"] = (None, None)
     return out
 
 

@@ -142,10 +142,11 @@ def test_extension_fires_only_within_its_bound_once_and_skips_tuning_seeds():
     noisy = TableResult("x_mini", [0, 1, 2], ["x"], {
         "a": [{"seed": s, "x": v} for s, v in zip([0, 1, 2], [1.0, 1.6, 1.3])],
         "b": [{"seed": s, "x": v} for s, v in zip([0, 1, 2], [0.9, 1.0, 1.1])]})
-    more, why = extension_seeds(_base(extend=10), noisy, {3}, "x_mini")
-    assert more == [4, 5, 6, 7, 8, 9, 10] and "extended to 10" in why      # seed 3 tuned: skipped
+    more, record = extension_seeds(_base(extend=10), noisy, {3}, "x_mini")
+    assert more == [4, 5, 6, 7, 8, 9, 10] and "extended to 10" in record["why"]   # seed 3 tuned: skipped
+    assert record | {"why": ""} == {"to": 10, "first_seeds": [0, 1, 2], "fired": True, "why": ""}
     assert extension_seeds(_base(extend=4), noisy, {3}, "x_mini")[0] == []  # needs more seeds than allowed
-    assert extension_seeds(_base(), noisy, set(), "x_mini") == ([], "")    # no rule: never
+    assert extension_seeds(_base(), noisy, set(), "x_mini") == ([], None)  # no rule: never
     clear = TableResult("x_mini", [0, 1, 2], ["x"], {
         "a": [{"seed": s, "x": v} for s, v in zip([0, 1, 2], [2.0, 2.1, 2.2])],
         "b": [{"seed": s, "x": 1.0} for s in [0, 1, 2]]})
@@ -153,7 +154,8 @@ def test_extension_fires_only_within_its_bound_once_and_skips_tuning_seeds():
     full = TableResult("x_mini", list(range(10)), ["x"], {
         "a": [{"seed": s, "x": 1.0 + 0.3 * (s % 3)} for s in range(10)],
         "b": [{"seed": s, "x": 1.0 + 0.1 * (s % 2)} for s in range(10)]})
-    assert extension_seeds(_base(extend=10), full, set(), "x_mini")[0] == []    # once: already at its bound
+    more, record = extension_seeds(_base(extend=10), full, set(), "x_mini")
+    assert more == [] and not record["fired"] and "already 10 seeds" in record["why"]   # once: at its bound
 
 
 def test_an_extended_table_is_judged_at_97_5_percent():

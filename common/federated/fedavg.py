@@ -4,7 +4,6 @@ a checkpoint per `ckpt_every` rounds and a resume that reproduces the uninterrup
 from __future__ import annotations
 
 import copy
-import random
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -12,6 +11,7 @@ import numpy as np
 import torch
 
 from common import checkpoint
+from common.hardware import seed_everything
 from common.federated.sampling import client_seed, sample_clients
 
 WEIGHTINGS = ("samples", "uniform")
@@ -44,12 +44,6 @@ def fedavg(states: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float
         else:
             out[key] = states[top][key].clone()
     return out
-
-
-def _seed_everything(seed: int) -> None:
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
 
 
 def _weighted_mean(rows: list[dict], weights: list[float]) -> dict[str, float]:
@@ -103,7 +97,7 @@ def federated_fit(models: Mapping[str, torch.nn.Module], client_sizes: Sequence[
         rows, weights = [], []
         for client in clients:
             copies = {name: copy.deepcopy(m) for name, m in models.items()}
-            _seed_everything(client_seed(seed, r, client))
+            seed_everything(client_seed(seed, r, client))
             rows.append(local_update(client, r, copies))
             weights.append(float(sizes[client]) if weighting == "samples" else 1.0)
             for name, m in copies.items():

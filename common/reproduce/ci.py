@@ -52,18 +52,16 @@ def _recorded(method: str, tier: str) -> tuple[dict | None, float, str]:
     return fingerprint, estimated_minutes(table["runs"]), stamp.get("time", "never")
 
 
-# .ci/run re-checks at one thread (OMP_NUM_THREADS=1: the records are made at one thread, and a
-# different thread count may change the floats), so a table costs its CPU time; `--ci-plan` prints
-# the plan `.ci/run` executes whatever this shell's thread setting. CPU seconds are what a run costs
-# whatever else the machine did while it ran; wall seconds, recorded on a busy machine, overstate it.
-CORES_USED = 1.0
 
 
 def estimated_minutes(runs: dict[str, list[dict]]) -> float:
-    """Minutes a table takes on CI's machine: its CPU time over the cores used, else wall time."""
+    """Minutes a table takes on CI's machine: its CPU time (.ci/run re-checks at one thread, as the
+    records were made; `--ci-plan` so prints the plan .ci/run executes, whatever this shell's thread
+    setting), else its wall time. CPU seconds are what a run costs whatever else the machine did
+    while it ran; wall seconds, recorded on a busy machine, overstate it."""
     total = 0.0
     for s in distinct_runs(runs):
-        total += s["cpu_s"] / CORES_USED if s.get("cpu_s") else (s.get("wall_s") or 0.0)
+        total += s.get("cpu_s") or s.get("wall_s") or 0.0
     return total / 60
 
 

@@ -49,7 +49,7 @@ class ClaimResult:
     seeds_needed: int | None    # seeds for PASS if the margin and spread stay as measured
     why: str | None = None      # known failures: the reason (placeholders filled from this record)
     headline: bool = False      # the paper's own main finding, not a side check
-    level: float = 0.95         # of the interval: 0.975 when the table extended its seeds (two looks)
+    level: float = 0.95         # of the interval: 0.975 when the table has an extension rule (two looks)
     controls: list[dict] = field(default_factory=list)   # {row, control, claim, status, margin, low, high}
     no_control: str | None = None   # `control: none`: why no naive alternative applies
 
@@ -231,11 +231,11 @@ def check_controls(controls: dict[str, list[str]], rows: set[str], where: str) -
 
 
 def judge_spec(spec: ClaimSpec, table: dict[str, dict[str, list[float]]], controls: dict[str, list[str]],
-               level: float = 0.95, why: str | None = None) -> ClaimResult:
+               level: float = 0.95) -> ClaimResult:
     """`judge` plus each control version of the claim: with a controlled row it names replaced by a
     control (a control the claim already names is skipped: it would be compared with itself). A
     PASS that a control also PASSes becomes NOT DISCRIMINATING."""
-    result = judge(spec.claim, table, why=why, level=level)
+    result = judge(spec.claim, table, level=level)
     result.headline, result.no_control = spec.headline, spec.no_control
     if spec.no_control is None:
         named = rows_of(spec.claim)

@@ -46,15 +46,10 @@ def rejudge_table(method: str, table: TableResult, extra: list[str]) -> TableRes
     else:
         first = list(base.table.seeds)
     out = _only_seeds(table, first)
-    out.extension = None
-    more, reason = extension_seeds(base, out, taken_seeds(base, table.held_out), table.experiment)
-    if base.table.get("extend"):
-        out.extension = {"to": int(base.table.extend.to), "first_seeds": list(first), "fired": bool(more),
-                         "why": reason}
+    more, extension = extension_seeds(base, out, taken_seeds(base, table.held_out), table.experiment)
     if more:
-        extended = _only_seeds(table, first + more)
-        extended.extension = out.extension
-        out = extended
+        out = _only_seeds(table, first + more)
+    out.extension = extension
     judge_claims(base, out, table.experiment)
     out.fingerprint = {**recorded, "seeds": current["seeds"], "extend": current.get("extend")}
     out.rejudged = {k: v for k, v in results.provenance().items() if k in ("git_sha", "time")}

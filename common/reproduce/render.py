@@ -12,22 +12,19 @@ from common.reproduce.claims import NOISE, PASS, ClaimResult
 from common.reproduce.record import TableResult, distinct_runs
 
 
-def _interval(c: ClaimResult) -> str:
-    if not np.isfinite(c.low):
-        return f"margin {c.margin:.3g}"
-    return f"margin {c.margin:.3g} [{c.low:.3g}, {c.high:.3g}]"
+def _interval(c: ClaimResult | dict) -> str:
+    margin, low, high = (c["margin"], c["low"], c["high"]) if isinstance(c, dict) else (c.margin, c.low, c.high)
+    if not np.isfinite(low):
+        return f"margin {margin:.3g}"
+    return f"margin {margin:.3g} [{low:.3g}, {high:.3g}]"
 
 
 def _controls(c: ClaimResult) -> str:
     """Each control version's status, e.g. "control ridge: FAIL (margin -0.08 [-0.11, -0.05])"."""
     if c.no_control:
         return f" No control: {c.no_control}."
-    parts = [f"control {d['control']}: {d['status']} ({_interval(_as_result(d))})" for d in c.controls]
+    parts = [f"control {d['control']}: {d['status']} ({_interval(d)})" for d in c.controls]
     return (" " + "; ".join(parts) + ".") if parts else ""
-
-
-def _as_result(d: dict) -> ClaimResult:
-    return ClaimResult(d["claim"], d["status"], d["margin"], d["low"], d["high"], "", [], None)
 
 
 def claim_line(c: ClaimResult, known: bool = False) -> str:
@@ -78,8 +75,8 @@ def table_markdown(t: TableResult, level: str = "##") -> list[str]:
                   + "; ".join(f"{row} ← {', '.join(cs)}" for row, cs in t.controls.items()) + ".", ""]
     if t.claims or t.known_failures:
         lines += [f"Claims (paired over seeds; margin > 0 means the claim holds; {t.level * 100:g}% t-interval"
-                  + ("; 97.5% because the table may extend its seeds, two looks at the data" if t.level > 0.95
-                     else "") + "):", ""]
+                  + (", as the table may extend its seeds: two looks at the data" if t.level > 0.95 else "")
+                  + "):", ""]
         lines += [claim_line(c) for c in t.claims] + [claim_line(k, known=True) for k in t.known_failures]
     if t.rejudged:
         lines += ["", f"Claims re-judged on the recorded runs at `{t.rejudged.get('git_sha', '?')[:8]}` "

@@ -91,7 +91,7 @@ def check_tuned_on(experiment: str, base) -> None:
         raise UserError(f"{experiment} reports claims but has no tuned_on: say what chose its hyper-parameters "
                         f"({{seeds: [...], split: val}}) or {{seeds: [], split: none, reason: ...}}", exit_code=2)
     split = str(tuned.get("split", ""))
-    if split.split()[0:1] == ["test"] or split.startswith("test"):
+    if split.startswith("test"):
         raise UserError(f"{experiment}: tuned_on.split is {split!r}; hyper-parameters are chosen on validation "
                         f"data, never on the test split", exit_code=2)
     if split == "none" and (tuned.get("seeds") or not tuned.get("reason")):
@@ -127,27 +127,32 @@ def judge_claims(base, table: TableResult, experiment: str) -> None:
         table.known_failures.append(result)
 
 
-def extension_seeds(base, table: TableResult, taken: set[int], experiment: str) -> tuple[list[int], str]:
+def extension_seeds(base, table: TableResult, taken: set[int], experiment: str) -> tuple[list[int], dict | None]:
     """The rule fixed in the config before the run (`table.extend: {to: N}`): when a claim is WITHIN
     NOISE at the first seeds and would resolve with at most N seeds at the measured margin and
-    spread, the next seeds in order (skipping `taken`: tuning and report seeds) up to N in all, once."""
+    spread, the next seeds in order (skipping `taken`: tuning and report seeds) up to N in all, once.
+    Returns (the seeds to add, the record {to, first_seeds, fired, why}; None without a rule)."""
     rule = (base.get("table") or {}).get("extend")
     if not rule:
-        return [], ""
-    to = int(rule["to"])
+        return [], None
+    to, first = int(rule["to"]), list(table.seeds)
     judge_claims(base, table, experiment)
     reachable = [c for c in table.claims + table.known_failures
                  if c.status == NOISE and c.seeds_needed is not None and c.seeds_needed <= to]
-    if not reachable or len(table.seeds) >= to:
-        return [], (f"not extended: no claim WITHIN NOISE that {to} seeds would resolve"
-                    if len(table.seeds) < to else f"not extended: already {len(table.seeds)} seeds")
-    extra, s = [], max(table.seeds) + 1
-    while len(table.seeds) + len(extra) < to:
-        if s not in taken:
-            extra.append(s)
-        s += 1
-    names = "; ".join(f"`{c.claim}` (≈{c.seeds_needed} seeds)" for c in reachable)
-    return extra, f"extended to {to} seeds: WITHIN NOISE at {len(table.seeds)} seeds, resolvable: {names}"
+    extra, s = [], max(first) + 1
+    if reachable:
+        while len(first) + len(extra) < to:
+            if s not in taken:
+                extra.append(s)
+            s += 1
+    if extra:
+        names = "; ".join(f"`{c.claim}` (≈{c.seeds_needed} seeds)" for c in reachable)
+        why = f"extended to {to} seeds: WITHIN NOISE at {len(first)} seeds, resolvable: {names}"
+    elif len(first) >= to:
+        why = f"not extended: already {len(first)} seeds"
+    else:
+        why = f"not extended: no claim WITHIN NOISE that {to} seeds would resolve"
+    return extra, {"to": to, "first_seeds": first, "fired": bool(extra), "why": why}
 
 
 def expand_rows(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
@@ -232,11 +237,9 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
                         paper=OmegaConf.to_container(base.paper) if base.paper else None,
                         tuned_on=OmegaConf.to_container(base.tuned_on) if base.tuned_on else None,
                         purpose=base.table.get("purpose", "report"), held_out=held_out)
-    more, why = extension_seeds(base, table, taken_seeds(base, held_out), experiment)
-    if base.table.get("extend"):
-        table.extension = {"to": int(base.table.extend.to), "first_seeds": list(seeds), "fired": bool(more),
-                           "why": why}
-        log(f"[{experiment}] {why}")
+    more, table.extension = extension_seeds(base, table, taken_seeds(base, held_out), experiment)
+    if table.extension:
+        log(f"[{experiment}] {table.extension['why']}")
     if more:
         runs = _merge(runs, _run_rows(experiment, base, extra, more, fresh, log, code, runtimes))
         table.seeds, table.runs = seeds + more, expand_rows(runs)
