@@ -35,10 +35,10 @@ def fedwad(xs, xt, n_supp: int = 100, n_iter: int = 30, t: float | None = None, 
         t = check_t(t)
     if int(n_iter) != n_iter or n_iter < 0:
         raise ValueError(f"n_iter must be an integer >= 0, got {n_iter!r}")
+    if int(n_supp) != n_supp or n_supp < 1:   # checked with `init` too, where the support comes from init
+        raise ValueError(f"n_supp must be an integer >= 1, got {n_supp!r}")
     rng = np.random.default_rng(seed)
     if init is None:
-        if int(n_supp) != n_supp or n_supp < 1:
-            raise ValueError(f"n_supp must be an integer >= 1, got {n_supp!r}")
         if not np.isfinite(init_scale) or init_scale <= 0:
             raise ValueError(f"init_scale must be > 0, got {init_scale!r}")
         eta = rng.standard_normal((int(n_supp), xs.shape[1])) * init_scale
