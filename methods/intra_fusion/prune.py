@@ -19,6 +19,7 @@ from methods.intra_fusion.transport import (MASSES, NORMALIZATIONS, check_sparsi
                                             merge_incoming, merge_outgoing, neuron_cost, transport_plan)
 
 IMPORTANCES = ("l1", "l2", "taylor", "random")
+COSTS = ("weights", "random")
 _INCOMING = (function.prune_conv_out_channels, function.prune_linear_out_channels)
 _OUTGOING = (function.prune_conv_in_channels, function.prune_linear_in_channels)
 _WEIGHTED = [nn.modules.conv._ConvNd, nn.Linear]   # the official importance reads conv/linear weights only
@@ -143,17 +144,47 @@ def _gathered(layer, name, dim, idx):
     return w[idx.flatten()].reshape(*idx.shape, *w.shape[1:])
 
 
+def _random_merge_plan(mu: torch.Tensor, nu: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The random-neuron merge control's plan (n, k): every kept channel keeps all its mass
+    (P[keep[e], e] = μ_keep(e)); the dropped channels' masses fill the kept channels' remaining
+    capacities ν_e − μ_keep(e) by the OT plan of a random cost C ~ U[0, 1) (torch's global
+    generator), so the marginals are μ and ν as for Intra-Fusion. Needs ν_e ≥ μ_keep(e) (true for
+    uniform and importance masses)."""
+    n, k = len(mu), len(keep)
+    plan = torch.zeros(n, k, dtype=torch.float64)
+    plan[keep, torch.arange(k)] = mu[keep]
+    dropped = torch.tensor(sorted(set(range(n)) - set(keep.tolist())), dtype=torch.long)
+    room = nu - mu[keep]
+    if len(dropped) == 0:
+        return plan
+    if (room < -1e-12).any():
+        raise ValueError("random merge needs target masses at least the kept channels' own source masses")
+    rest = mu[dropped].sum()
+    sub = transport_plan(torch.rand(len(dropped), k, dtype=torch.float64), mu[dropped], room.clamp_min(0))
+    plan[dropped] = sub * rest
+    return plan
+
+
 @torch.no_grad()
 def fuse_group(group, importance: torch.Tensor, keep: torch.Tensor, source_mass: str = "uniform",
                target_mass: str = "uniform", p: float = 1.0, normalization: str = "mean",
-               reg: float | None = None) -> torch.Tensor:
+               reg: float | None = None, cost: str = "weights") -> torch.Tensor:
     """Write the OT-fused weights of all n channels into the k kept ones (every layer of the
-    group); the caller then removes the others. Returns the plan (n, k)."""
+    group); the caller then removes the others. Returns the plan (n, k).
+
+    cost 'weights' is the paper's (`transport.neuron_cost`); 'random' is the random-neuron merge
+    control (`_random_merge_plan`): the same masses and merge, but the dropped channels go to kept
+    channels chosen without regard to their weights."""
+    if cost not in COSTS:
+        raise ValueError(f"cost must be one of {COSTS}, got '{cost}'")
     n = len(importance)
     pieces = _pieces(group, n)
-    feats = [_gathered(*piece[:4]).reshape(n, -1) for piece in pieces if piece[1] == "weight"]
-    plan = transport_plan(neuron_cost(torch.cat(feats, 1), keep, p), masses(source_mass, importance),
-                          masses(target_mass, importance, keep), reg)
+    mu, nu = masses(source_mass, importance), masses(target_mass, importance, keep)
+    if cost == "weights":
+        feats = [_gathered(*piece[:4]).reshape(n, -1) for piece in pieces if piece[1] == "weight"]
+        plan = transport_plan(neuron_cost(torch.cat(feats, 1), keep, p), mu, nu, reg)
+    else:
+        plan = _random_merge_plan(mu, nu, keep)
     for layer, name, dim, idx, side in pieces:
         x = _gathered(layer, name, dim, idx)                      # (n, s, rest…)
         if side == "in":
@@ -168,11 +199,12 @@ def fuse_group(group, importance: torch.Tensor, keep: torch.Tensor, source_mass:
 def prune(model: nn.Module, example_inputs: torch.Tensor, sparsity: float, importance: str = "l1",
           fuse: bool = True, groups=None, calibration=None, source_mass: str = "uniform",
           target_mass: str = "uniform", p: float = 1.0, normalization: str = "mean",
-          ignored_layers=None, reg: float | None = None) -> nn.Module:
+          ignored_layers=None, reg: float | None = None, cost: str = "weights") -> nn.Module:
     """Prune `model` in place: fold BatchNorms, then for each selected group (indices into the
     output-first order of `ordered_groups`; None = all) keep the k = round(n(1−sparsity)) most
     important channels — fused with the others by OT when `fuse`, plainly selected otherwise.
-    Groups are pruned one after another, each scored on the current weights."""
+    Groups are pruned one after another, each scored on the current weights. `cost='random'` is
+    the random-neuron merge control (`fuse_group`)."""
     check_sparsity(sparsity)
     if importance not in IMPORTANCES:
         raise ValueError(f"importance must be one of {IMPORTANCES}, got '{importance}'")
@@ -183,6 +215,8 @@ def prune(model: nn.Module, example_inputs: torch.Tensor, sparsity: float, impor
             raise ValueError(f"{name} must be one of {MASSES}, got '{kind}'")
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got '{normalization}'")
+    if cost not in COSTS:
+        raise ValueError(f"cost must be one of {COSTS}, got '{cost}'")
     model.eval()
     fold_batchnorm(model)
     ignored = list(ignored_layers) if ignored_layers is not None else [output_layer(model)]
@@ -200,7 +234,7 @@ def prune(model: nn.Module, example_inputs: torch.Tensor, sparsity: float, impor
         scores = group_importance(full, importance, model, calibration)
         keep = keep_indices(scores, sparsity)
         if fuse:
-            fuse_group(full, scores, keep, source_mass, target_mass, p, normalization, reg)
+            fuse_group(full, scores, keep, source_mass, target_mass, p, normalization, reg, cost)
         dropped = sorted(set(range(n)) - set(keep.tolist()))
         if dropped:
             graph.get_pruning_group(root, prune_out, dropped).prune()

@@ -70,10 +70,13 @@ def sweep(model: nn.Module, x_test: torch.Tensor, y_test: torch.Tensor, example_
     return out
 
 
-def mini_cells(sparsities=(30, 50, 70), taylor_sparsities=(70,), official_sparsity: int | None = 70) -> dict[str, dict]:
+def mini_cells(sparsities=(30, 50, 70), taylor_sparsities=(70,), official_sparsity: int | None = 70,
+               random_sparsities=()) -> dict[str, dict]:
     """The table's columns (sparsities in percent): prune_/fuse_l1_{s} for each of `sparsities`,
-    prune_/fuse_taylor_{s} for each of `taylor_sparsities`, and fuse_l1_{s}_official (the official
-    merge normalisation) at `official_sparsity` (None: no such column)."""
+    prune_/fuse_taylor_{s} for each of `taylor_sparsities`, fuse_l1_{s}_official (the official
+    merge normalisation) at `official_sparsity` (None: no such column), and fuse_l1_{s}_random
+    (the random-neuron merge control, `prune.fuse_group(cost='random')`) for each of
+    `random_sparsities`."""
     cells = {}
     for s in sparsities:
         cells[f"prune_l1_{s}"] = dict(sparsity=s / 100, importance="l1", fuse=False)
@@ -84,4 +87,39 @@ def mini_cells(sparsities=(30, 50, 70), taylor_sparsities=(70,), official_sparsi
     if official_sparsity is not None:
         cells[f"fuse_l1_{official_sparsity}_official"] = dict(sparsity=official_sparsity / 100, importance="l1",
                                                               fuse=True, normalization="official")
+    for s in random_sparsities:
+        cells[f"fuse_l1_{s}_random"] = dict(sparsity=s / 100, importance="l1", fuse=True, cost="random")
     return cells
+
+
+VARIANTS = {"official": "official", "random": "randmerge"}
+
+
+def subrow_name(cell: str, group: int) -> str:
+    """A cell of one group as a sub-row metric `<variant>_g<group>/<importance>_<sparsity>`:
+    prune_l1_70 -> prune_g1/l1_70, fuse_taylor_70 -> fuse_g1/taylor_70, fuse_l1_70_official ->
+    official_g1/l1_70, fuse_l1_70_random -> randmerge_g1/l1_70 (rows of the paper's per-group tables)."""
+    parts = cell.split("_")
+    if len(parts) not in (3, 4) or parts[0] not in ("prune", "fuse") or (len(parts) == 4 and parts[3] not in VARIANTS):
+        raise ValueError(f"not a cell name: '{cell}'")
+    variant = VARIANTS[parts[3]] if len(parts) == 4 else parts[0]
+    return f"{variant}_g{group}/{parts[1]}_{parts[2]}"
+
+
+def fit_dense(ctx, model: nn.Module, batches, x_val: torch.Tensor | None, y_val: torch.Tensor | None,
+              patience: int | None, batch_size: int = 1000):
+    """The shared Trainer for the dense network (the caller fits it). With validation images,
+    evaluate every `trainer.eval_every` steps, keep the best weights by validation accuracy and
+    stop after `patience` evaluations without a gain (training until the validation accuracy
+    plateaus; `trainer.max_steps` caps it). Returns the Trainer."""
+    callbacks = ()
+    eval_fn = None
+    if x_val is not None:
+        from common.callbacks import BestOnValidation
+
+        if not ctx.cfg.trainer.eval_every:
+            raise ValueError("method.dense_val.size > 0 needs trainer.eval_every > 0 (when to validate)")
+        eval_fn = lambda m, step: {"val_acc": accuracy(m, x_val, y_val, batch_size)}   # noqa: E731
+        callbacks = (BestOnValidation(model, "val_acc", "max", patience),)
+    trainer = ctx.trainer(model, batches, eval_fn=eval_fn, callbacks=callbacks)
+    return trainer
