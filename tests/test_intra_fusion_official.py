@@ -241,8 +241,8 @@ def test_mini_run_reports_per_group_subrows_and_stops_on_validation(compose_cfg,
     want = {f"{v}_g{gr}/{c}" for gr in (1, 2) for v, c in [("prune", "l1_30"), ("fuse", "l1_30"), ("prune", "l1_50"),
                                                             ("fuse", "l1_50"), ("prune", "l1_70"), ("fuse", "l1_70"),
                                                             ("prune", "taylor_70"), ("fuse", "taylor_70"),
-                                                            ("official", "l1_70"), ("randmerge", "l1_50"),
-                                                            ("randmerge", "l1_70")]}
+                                                            ("official", "l1_70"), ("randmerge", "l1_30"),
+                                                            ("randmerge", "l1_50"), ("randmerge", "l1_70")]}
     assert {k for k in out if "/" in k} == want and "fuse_l1_70" not in out
     assert 0 < out["dense_steps"] <= 40 and out["dense_steps"] % 2 == 0 and 0 <= out["dense_val_acc"] <= 100
     with pytest.raises(ValueError, match="dense_val.size=96"):
