@@ -65,6 +65,7 @@ def test_every_row_composes_validates_and_builds_at_full_size(experiment):
         for row, overrides in cfg.table.rows.items():
             model, count = build_on_meta(compose("train", overrides=[f"experiment={experiment}", *overrides]))
             assert isinstance(model, KernelInfoNCE) and model.kernel == ROWS[row]
+            assert model.guarded is True   # the official code's 1e-6 guards, as Table 1 was computed
             proj_dim = 256 if row == "concat_sum" else 128   # concat_sum: two halves of 128
             assert count == resnet18_params(7 if imagenet_stem else 3) + projector_params(512, 2048, proj_dim)
     # the recipe's augmentations run on a CPU batch of the dataset's size (RGB, so every op acts)

@@ -8,11 +8,14 @@ log K with logsumexp, in the input dtype.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 KERNELS = ("gaussian", "laplacian", "exponential", "simple_sum", "concat_sum")
 MIN_SQUARED_DISTANCE = 1e-12
+OFFICIAL_EPS = 1e-6      # the official gamma_loss's eps: clamp(neg, min=eps) and pos / (neg + eps)
 
 
 def _check_kernel(kernel: str, temperature: float, gamma: float, temperature2: float | None) -> None:
@@ -78,13 +81,20 @@ def _check_pair(z1: torch.Tensor, z2: torch.Tensor) -> None:
 
 
 def kernel_infonce(z1: torch.Tensor, z2: torch.Tensor, kernel: str, temperature: float, gamma: float = 1.0,
-                   temperature2: float | None = None) -> torch.Tensor:
+                   temperature2: float | None = None, guarded: bool = False) -> torch.Tensor:
     """Kernel-InfoNCE loss (the paper's Kernel-InfoNCE; SimCLR's InfoNCE with K in place of exp(cos/tau)):
 
-    L = 1/(2N) sum_a -log( K(u_a, u_a+) / sum_{b != a} K(u_a, u_b) ),  u = [z1; z2] (2N, d)
+    L = 1/(2N) sum_a -log( K(u_a, u_a+) / S_a ),  S_a = sum_{b != a} K(u_a, u_b),  u = [z1; z2] (2N, d)
 
     with rows L2-normalised first and a+ the other view of a's image. The positive stays in
     the denominator, as in SimCLR and the official `gamma_loss`.
+
+    guarded=True is the official `gamma_loss` as its code computes it (simclr_module.py):
+    -log( K(u_a, u_a+) / (max(S_a, eps) + eps) ), eps = 1e-6, i.e. a constant eps added to every
+    denominator. It differs from the plain loss only where S_a is not large against 1e-6 (small
+    tau, gamma < 2: at tau 0.0625, gamma 1 and positives at cosine 0.7, K(u_a, u_a+) ~ 4e-6), and
+    there it adds log(1 + eps / S_a) per anchor. Computed in log space (logsumexp), so it is
+    finite where the official float32 exp underflows.
     """
     _check_pair(z1, z2)
     n = z1.shape[0]
@@ -92,14 +102,21 @@ def kernel_infonce(z1: torch.Tensor, z2: torch.Tensor, kernel: str, temperature:
     logits = log_kernel(u, u, kernel, temperature, gamma, temperature2)          # (2N, 2N)
     logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=u.device), float("-inf"))
     targets = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(u.device)
-    return F.cross_entropy(logits, targets)
+    if not guarded:
+        return F.cross_entropy(logits, targets)
+    log_eps = math.log(OFFICIAL_EPS)
+    log_s = torch.logsumexp(logits, dim=1).clamp(min=log_eps)                    # log max(S_a, eps)   (2N,)
+    log_den = torch.logaddexp(log_s, torch.full_like(log_s, log_eps))            # log(max(S_a, eps) + eps)
+    log_pos = logits.gather(1, targets[:, None]).squeeze(1)                      # log K(u_a, u_a+)    (2N,)
+    return (log_den - log_pos).mean()
 
 
 def kernel_loss_sum(z1: torch.Tensor, z2: torch.Tensor, temperature: float, gamma: float = 1.0,
-                    weight: float = 0.5) -> torch.Tensor:
+                    weight: float = 0.5, guarded: bool = False) -> torch.Tensor:
     """The official code's `loss_type=sum`: lambda * L_exponential(gamma) + (1 - lambda) * L_gaussian,
-    a weighted sum of two losses with one tau (README, Deviations: the paper sums kernels inside one loss)."""
+    a weighted sum of two losses with one tau (README, Deviations: the paper sums kernels inside one loss).
+    guarded: each term guarded as in `kernel_infonce` (the official code guards both)."""
     if not 0 <= weight <= 1:
         raise ValueError(f"the loss-sum weight lambda must lie in [0, 1], got {weight}")
-    return (weight * kernel_infonce(z1, z2, "exponential", temperature, gamma)
-            + (1 - weight) * kernel_infonce(z1, z2, "gaussian", temperature))
+    return (weight * kernel_infonce(z1, z2, "exponential", temperature, gamma, guarded=guarded)
+            + (1 - weight) * kernel_infonce(z1, z2, "gaussian", temperature, guarded=guarded))

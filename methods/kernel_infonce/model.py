@@ -20,14 +20,17 @@ class KernelInfoNCE(ContrastiveModel):
     (loss_sum_weight * L_exponential(gamma) + (1 - loss_sum_weight) * L_gaussian, one tau).
     gamma (None: 1), temperature2 (None: tau) and loss_sum_weight (None: 0.5) are read only by
     the kernels that use them; setting one for another kernel is an error, so that no config key
-    is a silent no-op. Defaults: the paper's best kernel (Simple Sum, gamma = 1) and the official
+    is a silent no-op. guarded: the official code's 1e-6 guards on the denominator (`kernel_infonce`);
+    read by every kernel. Defaults: the paper's best kernel (Simple Sum, gamma = 1) and the official
     projector (2048 -> 128); kernel="gaussian" at temperature 2 tau is SimCLR at tau.
     """
 
     def __init__(self, encoder: torch.nn.Module, feat_dim: int, kernel: str = "simple_sum",
                  temperature: float = 0.5, gamma: float | None = None, temperature2: float | None = None,
-                 loss_sum_weight: float | None = None, proj_hidden: int = 2048, proj_dim: int = 128,
-                 augment: Augment | None = None):
+                 loss_sum_weight: float | None = None, guarded: bool = False, proj_hidden: int = 2048,
+                 proj_dim: int = 128, augment: Augment | None = None):
+        if not isinstance(guarded, bool):
+            raise ValueError(f"guarded must be true or false, got {guarded!r}")
         if kernel not in OBJECTIVES:
             raise ValueError(f"unknown kernel '{kernel}'; choose one of {', '.join(OBJECTIVES)}")
         for name, value, readers in (("gamma", gamma, READS_GAMMA), ("temperature2", temperature2, READS_TEMPERATURE2),
@@ -44,7 +47,7 @@ class KernelInfoNCE(ContrastiveModel):
             raise ValueError(f"loss_sum_weight must lie in [0, 1], got {loss_sum_weight}")
         super().__init__(encoder, feat_dim, temperature, proj_hidden, proj_dim, augment)
         self.kernel, self.gamma = kernel, gamma
-        self.temperature2, self.loss_sum_weight = temperature2, loss_sum_weight
+        self.temperature2, self.loss_sum_weight, self.guarded = temperature2, loss_sum_weight, guarded
 
     def loss(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
         """The configured objective of two (N, d) embedding batches, in at least float32 with autocast
@@ -55,8 +58,8 @@ class KernelInfoNCE(ContrastiveModel):
         with autocast_off(z1.device.type):
             z1, z2 = z1.to(dtype), z2.to(dtype)
             if self.kernel == "loss_sum":
-                return kernel_loss_sum(z1, z2, self.temperature, self.gamma, self.loss_sum_weight)
-            return kernel_infonce(z1, z2, self.kernel, self.temperature, self.gamma, self.temperature2)
+                return kernel_loss_sum(z1, z2, self.temperature, self.gamma, self.loss_sum_weight, self.guarded)
+            return kernel_infonce(z1, z2, self.kernel, self.temperature, self.gamma, self.temperature2, self.guarded)
 
     def contrastive_loss(self, x: torch.Tensor) -> torch.Tensor:
         """Kernel-InfoNCE of two random views of float images x (N, C, H, W), over the global batch."""
