@@ -215,7 +215,7 @@ def test_nmse_median_is_the_median_prompt_error():
 
 def test_run_reports_every_procedure_as_a_row(compose_cfg, tmp_path):
     """run(cfg, ctx) on the smoke config: `<procedure>/<metric>` names that reproduce.py turns
-    into the rows transformer, posterior_mean, argmin, ols and em; the plot lands in the run dir."""
+    into the rows transformer, posterior_mean, argmin, ridge, ols, zero and em; the plot lands in the run dir."""
     from common.reproduce.tables import expand_rows
     from common.runner import run_method
 
@@ -223,8 +223,9 @@ def test_run_reports_every_procedure_as_a_row(compose_cfg, tmp_path):
     metrics = run_method(cfg)
     rows = expand_rows({"mixreg_transformer": [{"seed": 0, **metrics}]})
     declared = compose_cfg(["experiment=mixreg_transformer_mini"]).table.sub_rows
-    assert set(rows) == {"transformer", "posterior_mean", "argmin", "ols", "em"} == set(declared)
-    assert set(rows["ols"][0]) >= {"nmse", "nmse_last", "nmse_median", "dist_pm", "dist_argmin", "dist_ols"}
+    assert set(rows) == {"transformer", "posterior_mean", "argmin", "ridge", "ols", "zero", "em"} == set(declared)
+    assert set(rows["ols"][0]) >= {"nmse", "nmse_last", "nmse_median", "dist_pm", "dist_argmin", "dist_ols",
+                                   "gap_pm_max", "nmse_k4", "nmse_k7"}   # smoke: d = 4, k = 8
     assert "train_loss" in rows["transformer"][0] and np.isfinite(list(metrics.values())).all()
     assert rows["posterior_mean"][0]["dist_pm"] == 0
     assert (tmp_path / "nmse_vs_position.png").exists() and (tmp_path / "nmse_curves.json").exists()
