@@ -117,9 +117,9 @@ def test_run_fits_em_from_its_own_stream_on_the_trained_prompts(compose_cfg, mon
     cfg = compose_cfg(SMOKE + ["method.em_prompts=40", "seed=3"])
     calls, real_em = [], mxt.batch_em
 
-    def recording_em(xs, ys, num_components, noise_std, iters=50, init=None, seed=0):
-        calls.append(dict(xs=xs, ys=ys, seed=seed, init=init, iters=iters))
-        return real_em(xs, ys, num_components, noise_std, iters=iters, init=init, seed=seed)
+    def recording_em(xs, ys, num_components, noise_std, iters=50, init=None, seed=0, draw="gaussian"):
+        calls.append(dict(xs=xs, ys=ys, seed=seed, init=init, iters=iters, draw=draw))
+        return real_em(xs, ys, num_components, noise_std, iters=iters, init=init, seed=seed, draw=draw)
 
     def no_training(ctx, model, batch_fn, evaluate, **kwargs):
         calls.append(dict(batch_fn=batch_fn))
@@ -131,6 +131,7 @@ def test_run_fits_em_from_its_own_stream_on_the_trained_prompts(compose_cfg, mon
         mxt.run(cfg, fake_ctx(3, tmp_path))
     em_call, train_call = calls
     assert em_call["init"] is None and em_call["iters"] == 5
+    assert em_call["draw"] == cfg.dataset.mixture.draw == "sphere"    # EM starts from the components' prior
     assert em_call["seed"] == stages.stream_seed(3, stages.EM_STREAM) != 3
     xs, ys = trained_on(train_call["batch_fn"], 4)
     assert torch.equal(em_call["xs"], xs[:40]) and torch.equal(em_call["ys"], ys[:40])
