@@ -12,7 +12,7 @@ from common.config import CONFIG_DIR
 from common.reproduce.claims import claim_texts
 from methods.mixreg_transformer import MixtureOfRegressions, stages
 
-PROCEDURES = {"transformer", "posterior_mean", "argmin", "ols", "em"}
+PROCEDURES = {"transformer", "posterior_mean", "argmin", "ridge", "ols", "zero", "em"}
 REPORTED = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("mixreg_transformer_mini*.yaml")
                   if p.stem != "mixreg_transformer_mini_tuning")
 
@@ -49,29 +49,42 @@ def test_tuning_sweeps_the_learning_rate_on_validation_prompts(compose_cfg):
 
 @pytest.mark.parametrize("name", REPORTED)
 def test_reported_tables_never_use_a_tuning_seed(compose_cfg, name):
+    """The supporting tables were tuned by the sweep (seed 10); the headline by its pilot on
+    seeds 10-12 (README), which include the sweep's seed."""
     tune = compose_cfg(["experiment=mixreg_transformer_mini_tuning"])
     cfg = compose_cfg([f"experiment={name}"])
-    assert dict(cfg.tuned_on) == {"seeds": list(tune.table.seeds), "split": "val"}
-    assert not set(cfg.table.seeds) & set(tune.table.seeds)
+    tuned = [10, 11, 12] if name == "mixreg_transformer_mini" else list(tune.table.seeds)
+    assert dict(cfg.tuned_on) == {"seeds": tuned, "split": "val"}
+    assert set(tune.table.seeds) <= set(tuned) and not set(cfg.table.seeds) & set(tuned)
     assert not {100, 101, 102} & set(tune.table.seeds)           # the held-out seeds
     assert cfg.dataset.eval_split == "test"
 
 
-def test_the_sweep_trains_the_headline_model(compose_cfg):
-    """Everything the transformer sees is the headline's, the learning rate aside; the chosen rate
-    is one the sweep tried (the sweep's EM is cut: EM is not tuned)."""
-    head = compose_cfg(["experiment=mixreg_transformer_mini"])
+def test_the_sweep_trains_the_supporting_tables_model(compose_cfg):
+    """Everything the transformer sees is the supporting tables' (the m = 20 table stands for them),
+    the learning rate aside; the chosen rate is one the sweep tried (the sweep's EM is cut: EM is not
+    tuned). The headline trains the wider model its own pilot chose (README)."""
+    head = compose_cfg(["experiment=mixreg_transformer_mini_m20"])
     tune = compose_cfg(["experiment=mixreg_transformer_mini_tuning"])
     for key in ("model",):
         assert head.method[key] == tune.method[key]
-    for key in ("mixture", "prompt_length", "train_prompts", "eval_prompts"):
+    for key in ("prompt_length", "train_prompts", "eval_prompts"):
         assert head.dataset[key] == tune.dataset[key]
+    assert {k: v for k, v in head.dataset.mixture.items() if k != "num_components"} == \
+           {k: v for k, v in tune.dataset.mixture.items() if k != "num_components"}
     drop = {"optimizer"}
     assert {k: v for k, v in head.trainer.items() if k not in drop} == \
            {k: v for k, v in tune.trainer.items() if k not in drop}
     tried = {compose_cfg(["experiment=mixreg_transformer_mini_tuning", *o]).trainer.optimizer.lr
              for o in tune.table.rows.values()}
     assert head.trainer.optimizer.lr in tried
+
+
+def test_the_headline_trains_the_issues_model(compose_cfg):
+    head = compose_cfg(["experiment=mixreg_transformer_mini"])
+    assert (head.method.model.width, head.trainer.batch_size) == (64, 64)
+    assert head.table.controls.transformer == ["ridge", "zero"]
+    assert head.dataset.mixture.draw == "sphere"
 
 
 def test_validation_prompts_are_not_the_test_prompts():

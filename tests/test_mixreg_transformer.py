@@ -14,8 +14,8 @@ from methods.mixreg_transformer import (MixtureOfRegressions, argmin_predictions
 D, M, SIGMA = 4, 3, 0.5
 
 
-def prompts(batch=6, length=7, dim=D, m=M, sigma=SIGMA, seed=0, dtype=torch.float64):
-    mix = MixtureOfRegressions(dim, m, sigma, seed=seed, dtype=dtype)
+def prompts(batch=6, length=7, dim=D, m=M, sigma=SIGMA, seed=0, dtype=torch.float64, draw="sphere"):
+    mix = MixtureOfRegressions(dim, m, sigma, seed=seed, dtype=dtype, draw=draw)
     xs, ys, comp = mix.sample(batch, length, torch.Generator().manual_seed(seed + 1))
     return mix, xs, ys, comp
 
@@ -160,7 +160,9 @@ def test_ols_matches_numpy_lstsq_per_prefix():
 
 
 def test_one_em_step_matches_a_loop():
-    mix, xs, ys, _ = prompts(batch=12, length=5)
+    # Gaussian components: with this seed every component keeps some weight (the loop below has
+    # no rule for a component without weight; the next test covers that rule)
+    mix, xs, ys, _ = prompts(batch=12, length=5, draw="gaussian")
     init = torch.randn(M, D, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     new = batch_em(xs, ys, M, SIGMA, iters=1, init=init)
     x, y, w0 = xs.numpy(), ys.numpy(), init.numpy()

@@ -95,7 +95,7 @@ def test_procedure_metrics_and_plot(tmp_path, tiny_model):
     xs, ys, _ = stages.test_prompts(mix, 50, 8, seed=0)
     preds = stages.all_predictions(xs, ys, mix.components, SIGMA, model=tiny_model, em_components=mix.components)
     metrics = stages.procedure_metrics(preds, ys, D)
-    assert list(metrics) == ["transformer", "posterior_mean", "argmin", "ols", "em"]
+    assert list(metrics) == ["transformer", "posterior_mean", "argmin", "ridge", "ols", "zero", "em"]
     assert metrics["posterior_mean"]["dist_pm"] == 0 and metrics["ols"]["dist_ols"] == 0
     # EM given the true components is the posterior mean
     assert metrics["em"]["dist_pm"] == pytest.approx(0, abs=1e-10)

@@ -117,9 +117,9 @@ def test_run_fits_em_from_its_own_stream_on_the_trained_prompts(compose_cfg, mon
     cfg = compose_cfg(SMOKE + ["method.em_prompts=40", "seed=3"])
     calls, real_em = [], mxt.batch_em
 
-    def recording_em(xs, ys, num_components, noise_std, iters=50, init=None, seed=0):
-        calls.append(dict(xs=xs, ys=ys, seed=seed, init=init, iters=iters))
-        return real_em(xs, ys, num_components, noise_std, iters=iters, init=init, seed=seed)
+    def recording_em(xs, ys, num_components, noise_std, iters=50, init=None, seed=0, draw="gaussian"):
+        calls.append(dict(xs=xs, ys=ys, seed=seed, init=init, iters=iters, draw=draw))
+        return real_em(xs, ys, num_components, noise_std, iters=iters, init=init, seed=seed, draw=draw)
 
     def no_training(ctx, model, batch_fn, evaluate, **kwargs):
         calls.append(dict(batch_fn=batch_fn))
@@ -131,6 +131,7 @@ def test_run_fits_em_from_its_own_stream_on_the_trained_prompts(compose_cfg, mon
         mxt.run(cfg, fake_ctx(3, tmp_path))
     em_call, train_call = calls
     assert em_call["init"] is None and em_call["iters"] == 5
+    assert em_call["draw"] == cfg.dataset.mixture.draw == "sphere"    # EM starts from the components' prior
     assert em_call["seed"] == stages.stream_seed(3, stages.EM_STREAM) != 3
     xs, ys = trained_on(train_call["batch_fn"], 4)
     assert torch.equal(em_call["xs"], xs[:40]) and torch.equal(em_call["ys"], ys[:40])
@@ -215,7 +216,7 @@ def test_nmse_median_is_the_median_prompt_error():
 
 def test_run_reports_every_procedure_as_a_row(compose_cfg, tmp_path):
     """run(cfg, ctx) on the smoke config: `<procedure>/<metric>` names that reproduce.py turns
-    into the rows transformer, posterior_mean, argmin, ols and em; the plot lands in the run dir."""
+    into the rows transformer, posterior_mean, argmin, ridge, ols, zero and em; the plot lands in the run dir."""
     from common.reproduce.tables import expand_rows
     from common.runner import run_method
 
@@ -223,8 +224,9 @@ def test_run_reports_every_procedure_as_a_row(compose_cfg, tmp_path):
     metrics = run_method(cfg)
     rows = expand_rows({"mixreg_transformer": [{"seed": 0, **metrics}]})
     declared = compose_cfg(["experiment=mixreg_transformer_mini"]).table.sub_rows
-    assert set(rows) == {"transformer", "posterior_mean", "argmin", "ols", "em"} == set(declared)
-    assert set(rows["ols"][0]) >= {"nmse", "nmse_last", "nmse_median", "dist_pm", "dist_argmin", "dist_ols"}
+    assert set(rows) == {"transformer", "posterior_mean", "argmin", "ridge", "ols", "zero", "em"} == set(declared)
+    assert set(rows["ols"][0]) >= {"nmse", "nmse_last", "nmse_median", "dist_pm", "dist_argmin", "dist_ols",
+                                   "gap_pm_max", "nmse_k4", "nmse_k7"}   # smoke: d = 4, k = 8
     assert "train_loss" in rows["transformer"][0] and np.isfinite(list(metrics.values())).all()
     assert rows["posterior_mean"][0]["dist_pm"] == 0
     assert (tmp_path / "nmse_vs_position.png").exists() and (tmp_path / "nmse_curves.json").exists()

@@ -203,7 +203,7 @@ def test_shift_at_scale_one_is_the_unshifted_metric():
     em = mix.components + 0.1
     plain = stages.procedure_metrics(stages.all_predictions(xs, ys, mix.components, 0.5, em_components=em), ys, 4)
     shifted = stages.shifted_metrics(xs, ys, comp, mix.components, 0.5, [1.0, 2.0], em_components=em)
-    assert set(shifted) == set(plain) == {"posterior_mean", "argmin", "ols", "em"}
+    assert set(shifted) == set(plain) == {"posterior_mean", "argmin", "ridge", "ols", "zero", "em"}
     for name in plain:
         assert shifted[name]["nmse_x1"] == plain[name]["nmse"]
     # at s = 2 the signal's variance is 4 times larger, and so is the posterior mean's error
@@ -215,7 +215,7 @@ def test_all_predictions_adds_the_subspace_row():
     mix, xs, ys, _ = prompts(20, 6, 3, 2, 0.5)
     est = mix.components * 1.1
     preds = stages.all_predictions(xs, ys, mix.components, 0.5, subspace_components=est)
-    assert set(preds) == {"posterior_mean", "argmin", "ols", "subspace"}
+    assert set(preds) == {"posterior_mean", "argmin", "ridge", "ols", "zero", "subspace"}
     torch.testing.assert_close(preds["subspace"], posterior_mean_predictions(xs, ys, est, 0.5))
     torch.testing.assert_close(preds["ols"], ols_predictions(xs, ys))
 
@@ -231,7 +231,7 @@ def test_run_reports_the_subspace_row_and_the_shifted_metrics(compose_cfg, tmp_p
                        "eval.x_scales=[2]"])
     metrics = run_method(cfg)
     rows = expand_rows({"mixreg_transformer": [{"seed": 0, **metrics}]})
-    assert set(rows) == {"transformer", "posterior_mean", "argmin", "ols", "em", "subspace"}
+    assert set(rows) == {"transformer", "posterior_mean", "argmin", "ridge", "ols", "zero", "em", "subspace"}
     for name, row in rows.items():
         assert {"nmse", "dist_pm", "nmse_x2"} <= set(row[0]), name
     assert np.isfinite(list(metrics.values())).all()

@@ -10,12 +10,12 @@ from common.data.sampler import StepSampler
 from methods.mixreg_transformer import stages
 from methods.mixreg_transformer.em import batch_em, em_step
 from methods.mixreg_transformer.loss import normalized_sq_error, prompt_loss
-from methods.mixreg_transformer.mixture import MixtureOfRegressions
+from methods.mixreg_transformer.mixture import MixtureOfRegressions, draw_components
 from methods.mixreg_transformer.model import MixRegTransformer, interleave
 from methods.mixreg_transformer.plots import nmse_vs_position
 from methods.mixreg_transformer.procedures import (argmin_predictions, component_weights, ols_predictions,
                                                    posterior_mean_predictions, posterior_weights,
-                                                   prefix_sq_residuals)
+                                                   prefix_sq_residuals, ridge_predictions, zero_predictions)
 from methods.mixreg_transformer.subspace import estimate_subspace, subspace_components, subspace_matrix
 
 
@@ -53,13 +53,14 @@ def run(cfg, ctx) -> dict[str, float]:
     """Train the transformer on prompts of the seed's mixture (the shared Trainer), fit EM (and
     with `method.subspace` the subspace algorithm) on the prompts it saw, then score every
     procedure on the same evaluation prompts: metrics named `<procedure>/<metric>` (rows
-    transformer, posterior_mean, argmin, ols, em, and subspace when on). Every scale s of
+    transformer, posterior_mean, argmin, ridge, ols, zero, em, and subspace when on). Every scale s of
     `eval.x_scales` adds `<procedure>/nmse_x<s>` on the same prompts with x scaled by s."""
     data = cfg.dataset
     mixture = instantiate(data.mixture, seed=ctx.seed)
     batch_fn, (em_xs, em_ys) = training_prompts(cfg, ctx, mixture)
     em_components = batch_em(em_xs, em_ys, mixture.num_components, mixture.noise_std,
-                             iters=int(cfg.method.em_iters), seed=stages.stream_seed(ctx.seed, stages.EM_STREAM))
+                             iters=int(cfg.method.em_iters), seed=stages.stream_seed(ctx.seed, stages.EM_STREAM),
+                             draw=mixture.draw)
     fitted = {"em_components": em_components}
     if cfg.method.subspace:   # the same prompts as EM
         fitted["subspace_components"] = subspace_components(
@@ -91,7 +92,7 @@ def run(cfg, ctx) -> dict[str, float]:
     return metrics
 
 
-__all__ = ["MixtureOfRegressions", "posterior_weights", "posterior_mean_predictions", "argmin_predictions",
+__all__ = ["MixtureOfRegressions", "draw_components", "ridge_predictions", "zero_predictions", "posterior_weights", "posterior_mean_predictions", "argmin_predictions",
            "ols_predictions", "batch_em", "MixRegTransformer", "component_weights", "prefix_sq_residuals",
            "em_step", "subspace_components", "subspace_matrix", "estimate_subspace", "interleave", "prompt_loss",
            "normalized_sq_error", "build", "run"]

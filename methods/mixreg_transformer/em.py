@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from einops import einsum
 
-from methods.mixreg_transformer.mixture import check_components, check_noise_std, check_prompts
+from methods.mixreg_transformer.mixture import check_components, check_noise_std, check_prompts, draw_components
 from methods.mixreg_transformer.procedures import component_weights
 
 
@@ -27,9 +27,10 @@ def em_step(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor, noise_
 
 
 def batch_em(xs: torch.Tensor, ys: torch.Tensor, num_components: int, noise_std: float, iters: int = 50,
-             init: torch.Tensor | None = None, seed: int = 0) -> torch.Tensor:
+             init: torch.Tensor | None = None, seed: int = 0, draw: str = "gaussian") -> torch.Tensor:
     """Estimates of the m components (m, d) from prompts xs (B, k, d), ys (B, k), in ys' dtype.
-    `init` (m, d) defaults to m draws from the prior N(0, I_d) seeded by `seed`; computed in float64."""
+    `init` (m, d) defaults to m draws from the components' prior (`draw`: N(0, I_d) or the
+    sphere of radius √d, `mixture.draw_components`) seeded by `seed`; computed in float64."""
     check_prompts(xs, ys)
     check_noise_std(noise_std)
     if num_components < 1 or iters < 0:
@@ -37,7 +38,7 @@ def batch_em(xs: torch.Tensor, ys: torch.Tensor, num_components: int, noise_std:
     x, y = xs.double(), ys.double()
     if init is None:
         gen = torch.Generator().manual_seed(seed)
-        w = torch.randn(num_components, x.shape[-1], generator=gen, dtype=torch.float64)
+        w = draw_components(num_components, x.shape[-1], gen, draw)
     else:
         check_components(init, x.shape[-1])
         if len(init) != num_components:

@@ -1,5 +1,7 @@
-"""The in-context procedures that know the m components: the posterior mean (Bayes-optimal
-for squared loss; the paper's displays 4-6), the argmin oracle, and min-norm least squares.
+"""The in-context procedures: those that know the m components (the posterior mean,
+Bayes-optimal for squared loss, the paper's displays 4-6; the argmin oracle), and those that
+ignore the mixture (ridge, the posterior mean under one isotropic Gaussian prior on w; min-norm
+least squares; the zero predictor).
 
 Every procedure predicts y_i from the prefix (x_t, y_t), t < i, and x_i, at every position i.
 """
@@ -73,3 +75,33 @@ def ols_predictions(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         w = torch.linalg.pinv(x[:, :i]) @ y[:, :i, None]          # (B, d, 1)
         out[:, i] = (x[:, i, None, :] @ w)[:, 0, 0]
     return out.to(ys.dtype)
+
+
+def ridge_predictions(xs: torch.Tensor, ys: torch.Tensor, noise_std: float, prior_var: float = 1.0) -> torch.Tensor:
+    """ŷ_i = ⟨ŵ_i, x_i⟩ with ŵ_i = (XᵀX + λI)⁻¹Xᵀy on the prefix t < i, λ = σ² / τ²: the
+    posterior mean of w under the single prior w ~ N(0, τ² I_d) and Gaussian noise, i.e. the
+    Bayes predictor for a prior that ignores the mixture (τ² = prior_var = 1 matches the
+    components' second moment E w wᵀ = I_d). 0 at i = 0 (the prior mean); σ = 0 is the λ → 0
+    limit, min-norm least squares. Solved in float64: (B, k)."""
+    check_prompts(xs, ys)
+    check_noise_std(noise_std)
+    if not prior_var > 0:
+        raise ValueError(f"prior_var must be > 0, got {prior_var}")
+    penalty = float(noise_std) ** 2 / float(prior_var)
+    if penalty == 0:
+        return ols_predictions(xs, ys)
+    x, y = xs.double(), ys.double()
+    eye = torch.eye(x.shape[-1], dtype=x.dtype)
+    out = torch.zeros_like(y)
+    for i in range(1, x.shape[1]):
+        prefix = x[:, :i]                                           # (B, i, d)
+        gram = prefix.transpose(1, 2) @ prefix + penalty * eye      # (B, d, d), positive definite
+        w = torch.linalg.solve(gram, prefix.transpose(1, 2) @ y[:, :i, None])
+        out[:, i] = (x[:, i, None, :] @ w)[:, 0, 0]
+    return out.to(ys.dtype)
+
+
+def zero_predictions(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+    """ŷ_i = 0 (the prior mean of y, which reads nothing of the prompt): (B, k)."""
+    check_prompts(xs, ys)
+    return torch.zeros_like(ys)

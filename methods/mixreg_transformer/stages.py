@@ -11,7 +11,8 @@ from common.data.sampler import StepSampler
 from methods.mixreg_transformer.em import batch_em
 from methods.mixreg_transformer.loss import normalized_sq_error
 from methods.mixreg_transformer.mixture import MixtureOfRegressions
-from methods.mixreg_transformer.procedures import argmin_predictions, ols_predictions, posterior_mean_predictions
+from methods.mixreg_transformer.procedures import (argmin_predictions, ols_predictions, posterior_mean_predictions,
+                                                   ridge_predictions, zero_predictions)
 
 # independent streams of the run seed; EM's initial draw must not reuse the seed that drew the
 # mixture (the same generator state would start EM at the true components)
@@ -119,10 +120,13 @@ def all_predictions(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor
                     subspace_components: torch.Tensor | None = None) -> dict:
     """{procedure: predictions (B, k)} on the same prompts; the transformer, EM and subspace rows
     only when given. EM and the subspace algorithm predict with the posterior mean under their
-    estimated components."""
+    estimated components. `ridge` (one isotropic Gaussian prior, variance 1) and `zero` are the
+    rules that ignore the mixture: the controls of the transformer."""
     preds = {"posterior_mean": posterior_mean_predictions(xs, ys, components, noise_std),
              "argmin": argmin_predictions(xs, ys, components),
-             "ols": ols_predictions(xs, ys)}
+             "ridge": ridge_predictions(xs, ys, noise_std, prior_var=1.0),
+             "ols": ols_predictions(xs, ys),
+             "zero": zero_predictions(xs, ys)}
     if em_components is not None:
         preds["em"] = posterior_mean_predictions(xs, ys, em_components, noise_std)
     if subspace_components is not None:
@@ -154,17 +158,26 @@ def nmse_curves(predictions: dict, ys: torch.Tensor, dim: int) -> dict[str, np.n
 
 
 def procedure_metrics(predictions: dict, ys: torch.Tensor, dim: int) -> dict[str, dict[str, float]]:
-    """{procedure: {nmse, nmse_last, nmse_median, dist_pm, dist_argmin, dist_ols}}. nmse and
-    dist_* average positions 1..k-1 (position 0 has no examples); nmse_last is position k-1;
-    nmse_median is the median over prompts of each prompt's error averaged over positions 1..k-1,
-    a statistic that OLS's heavy tail near i = d (a near-singular prefix) does not dominate."""
+    """{procedure: {nmse, nmse_last, nmse_median, nmse_k<i> for i = d..k-1, gap_pm_max, dist_pm,
+    dist_argmin, dist_ols}}. nmse and dist_* average positions 1..k-1 (position 0 has no
+    examples); nmse_last is position k-1; nmse_k<i> is the nmse at position i, i.e. with i
+    examples in context (the paper's curve at prompt lengths >= d); gap_pm_max = max over
+    i = d..k-1 of nmse_k<i> minus the posterior mean's (how far above the Bayes curve the row gets
+    at any length >= d; needs the posterior_mean row); nmse_median is the median over prompts of
+    each prompt's error averaged over positions 1..k-1, a statistic that OLS's heavy tail near
+    i = d (a near-singular prefix) does not dominate."""
     out = {}
+    y = ys.double()
+    bayes = normalized_sq_error(predictions["posterior_mean"].double(), y, dim) if "posterior_mean" in predictions else None
     for name, p in predictions.items():
         p = p.double()
-        curve = normalized_sq_error(p, ys.double(), dim)
-        per_prompt = (p - ys.double())[:, 1:].square().mean(1) / dim                # (B,)
+        curve = normalized_sq_error(p, y, dim)
+        per_prompt = (p - y)[:, 1:].square().mean(1) / dim                          # (B,)
         row = {"nmse": float(curve[1:].mean()), "nmse_last": float(curve[-1]),
                "nmse_median": float(per_prompt.quantile(0.5))}
+        row.update({f"nmse_k{i}": float(curve[i]) for i in range(dim, len(curve))})
+        if bayes is not None and len(curve) > dim:
+            row["gap_pm_max"] = float((curve - bayes)[dim:].max())
         for key, ref in REFERENCES.items():
             if ref in predictions:
                 row[key] = float(normalized_sq_error(p, predictions[ref].double(), dim)[1:].mean())
