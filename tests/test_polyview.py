@@ -1,5 +1,7 @@
 """Poly-view losses against anchor-by-anchor loops, NT-Xent at M = 2, Algorithm 1 of the
-appendix written out (geometric, the arithmetic line as printed and as the arithmetic mean), Jensen, invariances, gradients, bad input, views and a training step."""
+appendix written out (geometric, the arithmetic line as printed and as the arithmetic mean),
+Jensen, invariances, gradients (the fused log-mass on both exp paths), bad input, views and a
+training step."""
 import math
 
 import pytest
