@@ -1,5 +1,7 @@
-"""Poly-view losses against anchor-by-anchor loops, NT-Xent at M = 2, a loop port of the
-appendix pseudo-code, Jensen, invariances, gradients, bad input, views and a training step."""
+"""Poly-view losses against anchor-by-anchor loops, NT-Xent at M = 2, Algorithm 1 of the
+appendix written out (geometric, the arithmetic line as printed and as the arithmetic mean),
+Jensen, invariances, gradients (the fused log-mass on both exp paths), bad input, views and a
+training step."""
 import math
 
 import pytest
@@ -152,16 +154,95 @@ def test_arithmetic_below_geometric_by_jensen():
         assert gap.item() > 1e-6     # strict: the pair likelihoods of a random z are not all equal
 
 
-def test_arithmetic_is_not_the_pseudo_code_soft_maximum():
-    """The pseudo-code copies aggregate by logsumexp_b(CE_ab) - log N (README, Deviations):
-    a different number from -log mean_b e^{l_iab}."""
-    z, t = rand_z(6, 4, seed=1), 0.5
+def algorithm_1(z, t, method):
+    """The appendix pseudo-code (Algorithm 1) written out as the public copies transcribe it
+    (Multi-View-CL `PVCLoss`; README, Deviations), with the per-sample cross-entropy its `# [k]`
+    comments state: for each anchor view alpha and target view beta != alpha, CE over the M*N
+    (view, sample) logits with the sample's other views pushed to -1e9; then per sample
+        "arithmetic_printed": logsumexp_beta(CE) - log(k)   (the line as printed, k = batch size)
+        "geometric":          mean_beta(CE)
+        "arithmetic_mean":    -logsumexp_beta(-CE) + log(M - 1)   (= -log mean_beta likelihood)
+    and the mean over alpha and samples."""
+    n, m, _ = z.shape
+    zn = F.normalize(z, dim=-1)
+    scores = torch.einsum("jmd,knd->jmnk", zn, zn) / t                    # [k, m, m, k]
+    per_alpha = []
+    for a in range(m):
+        ce = []
+        for b in range(m):
+            if a == b:
+                continue
+            mask = torch.zeros(n, m, n, dtype=z.dtype)
+            mask[torch.arange(n), :, torch.arange(n)] = 1.0
+            mask[:, b, :] = 0.0
+            logits = (scores[:, a] - 1e9 * mask).reshape(n, m * n)
+            ce.append(F.cross_entropy(logits, torch.arange(n) + b * n, reduction="none"))   # [k]
+        ce = torch.stack(ce, dim=-1)                                         # [k, m-1]
+        if method == "arithmetic_printed":
+            per_alpha.append(torch.logsumexp(ce, dim=-1) - math.log(n))
+        elif method == "geometric":
+            per_alpha.append(ce.mean(dim=-1))
+        else:
+            per_alpha.append(-torch.logsumexp(-ce, dim=-1) + math.log(m - 1))
+    return torch.stack(per_alpha, dim=-1).mean()
+
+
+@pytest.mark.parametrize("m", [2, 3, 5, 8])
+def test_geometric_and_arithmetic_match_algorithm_1_written_out(m):
+    """Geometric PVC is Algorithm 1's geometric line; Arithmetic PVC is Algorithm 1's loop with the
+    arithmetic mean of the pair likelihoods as its aggregation (the decision, README Deviations)."""
+    z = rand_z(6, m, seed=40 + m)
+    assert geometric_pvc(z, 0.3).item() == pytest.approx(algorithm_1(z, 0.3, "geometric").item(), rel=1e-9)
+    assert arithmetic_pvc(z, 0.3).item() == pytest.approx(algorithm_1(z, 0.3, "arithmetic_mean").item(), rel=1e-9)
+
+
+@pytest.mark.parametrize("m", [3, 4, 8])
+def test_printed_arithmetic_line_is_a_harmonic_mean_not_ours(m):
+    """The printed line logsumexp_b(CE_iab) - log k is -log of the harmonic mean of the pair
+    likelihoods e^{l_iab} plus log((M-1)/k): checked against that closed form, and it is not our
+    Arithmetic PVC (-log of their arithmetic mean)."""
+    n, t = 6, 0.5
+    z = rand_z(n, m, seed=m)
     ell = torch.tensor([[[x if x is not None else float("nan") for x in row] for row in plane]
                         for plane in slow_pair_ll(z, t)], dtype=torch.float64)
-    off = ~torch.eye(4, dtype=torch.bool)
-    ce = -ell[:, off].view(6, 4, 3)
-    soft_max = (torch.logsumexp(ce, dim=-1) - math.log(6)).mean()
-    assert abs(soft_max.item() - arithmetic_pvc(z, t).item()) > 0.1
+    lik = ell[:, ~torch.eye(m, dtype=torch.bool)].view(n, m, m - 1).exp()
+    harmonic = (m - 1) / (1 / lik).sum(dim=-1)                               # (N, M)
+    closed_form = (-harmonic.log() + math.log((m - 1) / n)).mean()
+    printed = algorithm_1(z, t, "arithmetic_printed")
+    assert printed.item() == pytest.approx(closed_form.item(), rel=1e-9)
+    assert abs(printed.item() - arithmetic_pvc(z, t).item()) > 0.1
+
+
+def test_only_the_arithmetic_mean_reduces_to_nt_xent_at_two_views():
+    """At M = 2 the arithmetic mean of one pair is that pair: ours is NT-Xent, the printed line is
+    NT-Xent - log N (a constant off; same gradient at M = 2, different weights over beta at M > 2)."""
+    n, t = 6, 0.5
+    z = rand_z(n, 2, d=4, seed=3)
+    reference = slow_nt_xent(z[:, 0], z[:, 1], t)
+    assert arithmetic_pvc(z, t).item() == pytest.approx(reference, rel=1e-9)
+    assert algorithm_1(z, t, "arithmetic_printed").item() == pytest.approx(reference - math.log(n), rel=1e-9)
+
+
+@pytest.mark.parametrize("t", [0.5, 0.001])
+def test_fused_log_mass_gradient_matches_the_pseudo_code_loop(t):
+    """The custom backward of the (NM) x (NM) log-mass (two GEMMs on the saved exponentials, no
+    elementwise pass) against autograd through Algorithm 1's loop, float64; t = 0.001 takes the
+    row-max-shift path (1/t beyond float64's exp range), t = 0.5 the unshifted one."""
+    z = rand_z(5, 4, d=6, seed=9)
+    got = z.clone().requires_grad_()
+    want = z.clone().requires_grad_()
+    geometric_pvc(got, t).backward()
+    algorithm_1(want, t, "geometric").backward()
+    assert torch.allclose(got.grad, want.grad, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("t", [0.5, 0.02, 0.01])
+def test_float32_matches_float64_on_both_exp_paths(t):
+    """float32 at 1/t = 2 and 50 (unshifted exponentials) and 100 (beyond e^87: row-max shift)."""
+    z = rand_z(32, 8, d=16, seed=11)
+    for kind in ("geometric", "arithmetic"):
+        lo, hi = poly_view_loss(z.float(), t, kind).item(), poly_view_loss(z, t, kind).item()
+        assert math.isfinite(lo) and lo == pytest.approx(hi, rel=1e-4, abs=1e-4)
 
 
 @pytest.mark.parametrize("kind", LOSSES)
@@ -247,16 +328,22 @@ def test_model_keeps_the_contrastive_model_settings():
 
 
 # --- configs --------------------------------------------------------------------------------
-def test_mini_rows_encode_the_same_views_per_step(compose_cfg):
-    """The compute-matched table: every row encodes N * M = 256 views per step, for the same steps."""
+def test_mini_rows_make_both_of_the_papers_comparisons(compose_cfg):
+    """polyview_mini: the equal-views rows encode N * M = 256 views per step (SimCLR's batch M/2
+    times larger); the chain m2, m4, geometric_m8 keeps N = 32 images per step; every row the same 150 steps
+    on the same 2,000 pre-training images (the pilot's regime)."""
     base = compose_cfg(["experiment=polyview_mini"])
-    budgets = set()
+    rows = {}
     for row, overrides in base.table.rows.items():
         cfg = compose_cfg(["experiment=polyview_mini", *overrides])
-        m = cfg.method.model.views
-        assert images_per_step(256, m) == cfg.trainer.batch_size, row
-        budgets.add((cfg.trainer.max_steps, cfg.trainer.batch_size * m))
-    assert budgets == {(150, 256)}
+        rows[row] = (cfg.trainer.batch_size, cfg.method.model.views, cfg.method.model.loss)
+        assert (cfg.trainer.max_steps, cfg.dataset.train_size) == (150, 2000), row
+    for row in ("simclr", "geometric_m8", "sufficient_statistics_m8", "multicrop_m8"):
+        assert images_per_step(256, rows[row][1]) == rows[row][0], row
+    assert [rows[r] for r in ("m2", "m4", "geometric_m8")] == [(32, m, "geometric") for m in (2, 4, 8)]
+    assert rows["simclr"] == (128, 2, "geometric")
+    assert dict(base.table.controls) == {"geometric_m8": ["multicrop_m8", "simclr"],
+                                         "sufficient_statistics_m8": ["multicrop_m8"]}
 
 
 @pytest.mark.parametrize("override, says", [("method.model.views=1", "views >= 2"),

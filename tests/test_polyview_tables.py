@@ -47,14 +47,15 @@ def _row(compose_cfg, experiment, overrides):
 
 
 def test_mini_table_negatives_per_anchor(compose_cfg):
-    """polyview_mini: simclr and the geometric rows are matched in negatives (254, 252, 248);
-    multicrop_m8 sees 62, a quarter (README, Deviations)."""
+    """polyview_mini: simclr and the M = 8 PVC rows are matched in negatives (254, 248); multicrop_m8
+    sees 62, a quarter (README, Deviations); the fixed-N chain sees M(N - 1): 62, 124, 248."""
     base = compose_cfg(["experiment=polyview_mini"])
     got = {}
     for row, overrides in base.table.rows.items():
         n, m, kind, _ = _row(compose_cfg, "polyview_mini", overrides)
         got[row] = round(negatives_per_anchor(kind, n, m))
-    assert got == {"simclr": 254, "geometric_m4": 252, "geometric_m8": 248, "multicrop_m8": 62}
+    assert got == {"simclr": 254, "geometric_m8": 248, "sufficient_statistics_m8": 31, "multicrop_m8": 62,
+                   "m2": 62, "m4": 124}
 
 
 def test_losses_table_rows(compose_cfg):

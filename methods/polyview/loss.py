@@ -13,10 +13,12 @@ sample, and the other positives of i are masked out (the appendix pseudo-code's 
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from einops import einsum, rearrange
 
 LOSSES = ("geometric", "arithmetic", "sufficient_statistics", "multi_crop")
@@ -34,25 +36,88 @@ def _check(z: torch.Tensor, temperature: float) -> None:
         raise ValueError(f"temperature must be > 0, got {temperature}")
 
 
-def pair_scores(z: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(pos, neg): pos[i, a, b] = s(ia, ib) and neg[i, a, b] = log sum_{j != i} e^{s(ia, jb)},
-    both (N, M, M): the positive logits and the log-mass of view b of the other samples."""
+@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=16)
+def _other_samples_bias(n: int, m: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(NM, NM) additive mask of the anchor x candidate logits, anchors (i, a) sample-major and
+    candidates (g, j) view-major: 0 where the candidate is a view of another sample, -inf on the
+    anchor's own M views (itself and its positives)."""
+    own = torch.eye(n, dtype=torch.bool, device=device)[:, None, None, :]                 # (N, 1, 1, N): i == j
+    bias = torch.zeros(n, m, m, n, dtype=dtype, device=device).masked_fill_(own.expand(n, m, m, n), float("-inf"))
+    return bias.reshape(n * m, n * m)
+
+
+def _unshifted_exp_is_safe(temperature: float, rows: int, dtype: torch.dtype) -> bool:
+    """With unit rows every logit lies in [-1/tau, 1/tau]: e^logit and a row sum of `rows` of them
+    stay normal floats of `dtype` (no overflow, no underflow) for moderate tau, so no max-shift pass
+    is needed; otherwise the row max is subtracted first."""
+    info = torch.finfo(dtype)
+    return (1.0 / temperature + math.log(rows) < math.log(info.max) - 2.0
+            and -1.0 / temperature > math.log(info.tiny) + 2.0)
+
+
+class _LogMassOfOthers(torch.autograd.Function):
+    """lse_r = log sum_{c not of r's sample} e^{x_r . x_c / tau}, r, c over the NM rows (i, a) of x
+    (unit rows, sample-major). Forward: one GEMM, the M x M own-sample blocks set to -inf in place
+    (N M^2 writes, no mask pass), one exp pass, one row sum (no max pass while e^logit cannot
+    overflow or underflow). Backward without an (NM)^2 elementwise pass: with E the saved
+    exponentials and D = diag(upstream / row sum), the softmax-weighted gradient W = D E gives
+    d lse / d x = (D (E x) + E^T (D x)) / tau: two GEMMs on E and two row scalings of (NM) x d."""
+
+    @staticmethod
+    def forward(ctx, x, n, m, temperature):
+        e = torch.mm(x * (1.0 / temperature), x.T)                                     # (NM, NM) logits
+        e.view(n, m, n, m).diagonal(dim1=0, dim2=2).fill_(float("-inf"))               # own views of i
+        if _unshifted_exp_is_safe(temperature, e.shape[1], e.dtype):
+            shift = None
+        else:
+            shift = e.amax(dim=1, keepdim=True)         # every row has (N-1) M > 0 finite entries
+            e.sub_(shift)
+        total = e.exp_().sum(dim=1)
+        ctx.save_for_backward(x, e, total)
+        ctx.temperature = temperature
+        return total.log() if shift is None else total.log() + shift.squeeze(1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, e, total = ctx.saved_tensors
+        scale = (grad / total)[:, None]                                                # D as a column
+        gx = torch.mm(e, x).mul_(scale)                                                # D (E x)
+        gx.add_(torch.mm(e.T, x * scale))                                              # E^T (D x)
+        return gx.div_(ctx.temperature), None, None, None
+
+
+def negative_log_masses(z: torch.Tensor, temperature: float, per_view: bool = False) -> torch.Tensor:
+    """log sum_{j != i} sum_g e^{s(ia, jg)}, (N, M): the log-mass of every view of the other samples
+    for each anchor (i, a), from ONE (NM) x (NM) logit matrix with the anchor's own views masked
+    and one log-sum-exp per anchor row (`_LogMassOfOthers`). With `per_view`, the mass of view g
+    alone, log sum_{j != i} e^{s(ia, jg)}, (N, M, M) indexed [i, a, g] (the same matrix with
+    columns view-major, each view's N candidates contiguous, a GEMM whose epilogue adds the -inf
+    mask; plain autograd: multi-crop only).
+    z is unit-normalised (N, M, d)."""
     n, m, _ = z.shape
-    z = F.normalize(z, dim=-1)
-    flat = rearrange(z, "n m d -> (n m) d")
-    logits = rearrange(flat @ flat.T / temperature, "(i a) (j b) -> i a j b", i=n, j=n)  # (N, M, N, M)
-    same_sample = torch.eye(n, dtype=torch.bool, device=z.device)[:, None, :, None]      # (N, 1, N, 1)
-    neg = torch.logsumexp(logits.masked_fill(same_sample, float("-inf")), dim=2)         # (N, M, M)
-    pos = einsum(z, z, "i a d, i b d -> i a b") / temperature                            # (N, M, M)
-    return pos, neg
+    anchors = rearrange(z, "n m d -> (n m) d")
+    if not per_view:
+        return _LogMassOfOthers.apply(anchors, n, m, temperature).view(n, m)            # (N, M)
+    bias = _other_samples_bias(n, m, z.device, z.dtype)
+    candidates = rearrange(z, "n m d -> (m n) d")
+    logits = torch.addmm(bias, anchors, candidates.T, alpha=1.0 / temperature)          # (NM, M N), masked
+    return torch.logsumexp(logits.view(n, m, m, n), dim=-1)                              # (N, M, M)
+
+
+def positive_logits(z: torch.Tensor, temperature: float) -> torch.Tensor:
+    """s(ia, ib), (N, M, M): the logits of each sample's own views (z unit-normalised)."""
+    return torch.bmm(z, z.transpose(1, 2)) / temperature
 
 
 def pair_log_likelihoods(z: torch.Tensor, temperature: float) -> torch.Tensor:
     """l_iab (N, M, M) as in the module docstring; the diagonal b = a is not a pair (unused)."""
     _check(z, temperature)
-    pos, neg = pair_scores(z, temperature)
-    all_negatives = torch.logsumexp(neg, dim=2, keepdim=True)    # (N, M, 1): every view of j != i
-    return pos - torch.logaddexp(pos, all_negatives)
+    z = F.normalize(z, dim=-1)
+    pos = positive_logits(z, temperature)
+    neg = negative_log_masses(z, temperature)[:, :, None]                                 # (N, M, 1)
+    return pos - torch.logaddexp(pos, neg)
 
 
 def _off_diagonal(m: int, device) -> torch.Tensor:
@@ -70,8 +135,12 @@ def arithmetic_pvc(z: torch.Tensor, temperature: float) -> torch.Tensor:
     """Arithmetic PVC (the arithmetic mean of the pairwise critics):
     L_A = -1/(N M) sum_{i, a} log( 1/(M-1) sum_{b != a} e^{l_iab} ).
 
-    -log of the mean pair likelihood, so L_A <= L_G (Jensen). The pseudo-code copies we found
-    use logsumexp_b(CE_ab) - log N instead (README, Deviations)."""
+    -log of the arithmetic mean of the pair likelihoods e^{l_iab}, so L_A <= L_G (Jensen) and
+    L_A = L_G = NT-Xent at M = 2: the objective the arithmetic-mean critic names. The appendix
+    pseudo-code as transcribed in the two public copies we found prints, per sample,
+    logsumexp_b(CE_iab) - log N with CE = -l: that is -log of the HARMONIC mean of the pair
+    likelihoods plus log((M-1)/N), not this; both are written out in tests/test_polyview.py
+    (README, Deviations: the decision)."""
     ell = pair_log_likelihoods(z, temperature)
     m = ell.shape[1]
     ell = ell.masked_fill(~_off_diagonal(m, z.device), float("-inf"))
@@ -103,7 +172,9 @@ def multi_crop(z: torch.Tensor, temperature: float) -> torch.Tensor:
     is the mean over ordered pairs (a, b), a != b, of the anchor terms."""
     _check(z, temperature)
     m = z.shape[1]
-    pos, neg = pair_scores(z, temperature)
+    z = F.normalize(z, dim=-1)
+    pos = positive_logits(z, temperature)                                      # (N, M, M): [i, a, b]
+    neg = negative_log_masses(z, temperature, per_view=True)                   # (N, M, M): [i, a, view]
     same_view = torch.diagonal(neg, dim1=1, dim2=2)[:, :, None]               # (N, M, 1): view a
     log_denominator = torch.logsumexp(torch.stack([pos, neg, same_view.expand_as(neg)]), dim=0)
     return -(pos - log_denominator)[:, _off_diagonal(m, z.device)].mean()
