@@ -16,6 +16,7 @@ same as wall time, and unlike wall time not inflated by the other jobs of a shar
 import argparse
 import copy
 import json
+import os
 import statistics
 import sys
 import time
@@ -161,20 +162,25 @@ def end_to_end(repeats: int, every: int | None = None) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="d = 384 only, 2 repeats, short end-to-end")
+    ap.add_argument("--quick", action="store_true", help="d = 384 only, 2 repeats, 2 rounds end to end")
+    ap.add_argument("--mini-only", action="store_true",
+                    help="re-measure the mini step only; keep the recorded block rows of the JSON")
     args = ap.parse_args()
     torch.set_num_threads(1)
     dims, repeats = ((384,), 2) if args.quick else ((384, 768), 3)
     payload = {"tokens": TOKENS, "batch": BATCH, "depth": DEPTH, "threads": torch.get_num_threads(),
-               "device": "cpu", "blocks": {}}
+               "device": "cpu", "blocks": {}, "load_before": list(os.getloadavg())}
     lines = ["| d | keep ratios | backward s | backward / exact | fwd+bwd / exact |", "|---|---|---|---|---|"]
+    if args.mini_only:
+        recorded = json.loads((ROOT / "benchmarks/results/vcas_backward.json").read_text())
+        payload["blocks"], payload["blocks_measured"] = recorded["blocks"], recorded["provenance"]["time"][:10]
     for d in dims:
-        res = blocks_case(d, repeats)
+        res = payload["blocks"][str(d)] if args.mini_only else blocks_case(d, repeats)
         payload["blocks"][str(d)] = res
         for k, r in res.items():
             lines.append(f"| {d} | {k} | {r['backward_s']:.3f} | {r['backward_ratio']:.2f} | {r['step_ratio']:.2f} |")
     e2e = end_to_end(2 if args.quick else 5)
-    payload["mini_step"] = e2e
+    payload["mini_step"], payload["load_after"] = e2e, list(os.getloadavg())
     lines += ["", f"Mini ViT training step (batch {MINI_BATCH}; mini-table ratios: ρ = "
               f"{', '.join(f'{r:.2f}' for r in e2e['rho'])}, mean ν = {e2e['nu_mean']:.2f}):", "",
               "| variant | steps per round | ms / step | / exact (median [min, max] over rounds) | FLOPs saved % |",
@@ -182,6 +188,10 @@ def main():
     for k, r in e2e["cases"].items():
         lines.append(f"| {k} | {r['steps_per_round']} | {r['step_ms']:.1f} | {r['step_ratio']:.2f} "
                      f"[{r['ratio_min']:.2f}, {r['ratio_max']:.2f}] | {r['flops_reduction']:.1f} |")
+    lb, la = payload["load_before"], payload["load_after"]
+    lines += ["", f"{e2e['repeats']} timed rounds after a warm-up round; load average {lb[0]:.1f} before and "
+              f"{la[0]:.1f} after on 2 cores (CPU seconds of this process: ratios, not milliseconds, carry over)"
+              + (f"; block rows measured {payload['blocks_measured']}." if args.mini_only else ".")]
     table = "\n".join(lines)
     print(table)
     save("vcas_backward", payload, table)
