@@ -5,13 +5,16 @@
    samples in the backward (no recomputation), so ρ = ν = 1 should cost what exact costs.
 2. End to end: a full training step (forward, backward, AdamW) of the mini-tier ViT
    (configs/method/vcas.yaml: d = 64, 4 blocks, 16 tokens, batch 128), exact against VCAS at
-   ρ = ν = 1 and at the ratios the controller reached in the mini table (results/vcas_mini.json,
-   mean over seeds), with and without the controller's own passes at the table's cadence.
+   ρ = ν = 1 and at the ratios the controller reached in the mini table, with the fused block
+   backward (methods/vcas/block.py) and with the generic per-linear path. Every measurement is a
+   whole controller period (`every` steps; 100 for the "every 100" row), and the "+ controller"
+   rows run the controller's passes once in it, so the controller is amortised in every mode
+   (`--quick` included). Ratios: medians of per-round ratios to exact measured in the same round.
 
 Times are CPU seconds of this one-thread process (time.process_time): on an idle machine the
 same as wall time, and unlike wall time not inflated by the other jobs of a shared machine.
 
-    python benchmarks/vcas_backward.py [--quick] -> tables + benchmarks/results/vcas_backward.json
+    python benchmarks/vcas_backward.py [--quick] [--mini-only] -> tables + benchmarks/results/vcas_backward.json
 """
 import argparse
 import copy

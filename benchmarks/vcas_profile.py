@@ -5,7 +5,10 @@ step, the ops that take most of a step.
 
     python benchmarks/vcas_profile.py -> markdown table + benchmarks/results/vcas_profile.json
 """
+import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +22,7 @@ from benchmarks.vcas_backward import MINI_BATCH, mini_ratios  # noqa: E402
 from common.nn import ViTClassifier  # noqa: E402
 from methods.vcas import Sampled  # noqa: E402
 
-STEPS, TOP = 20, 14
+STEPS, TOP, ROUNDS = 20, 14, 5
 
 
 def make(mode, rho=None, nu=None, fuse=True):
@@ -39,6 +42,32 @@ def main():
     x = torch.randint(0, 256, (MINI_BATCH, 1, 28, 28), dtype=torch.uint8)
     y = torch.randint(0, 10, (MINI_BATCH,))
     variants = {"exact": make("exact"), "vcas fused": make("vcas", rho, nu), "vcas generic": make("vcas", rho, nu, False)}
+    # CPU seconds of each phase (process_time: robust to the other jobs of a shared machine, which the
+    # profiler's wall-clock op times are not), interleaved rounds, medians
+    phases = {k: {"forward": [], "backward": [], "optimizer": []} for k in variants}
+    for rnd in range(ROUNDS + 1):
+        for name, (model, opt) in variants.items():
+            acc = {"forward": 0.0, "backward": 0.0, "optimizer": 0.0}
+            for _ in range(10):
+                t0 = time.process_time()
+                loss, _ = model.training_step((x, y))
+                t1 = time.process_time()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                t2 = time.process_time()
+                opt.step()
+                t3 = time.process_time()
+                acc["forward"] += t1 - t0
+                acc["backward"] += t2 - t1
+                acc["optimizer"] += t3 - t2
+            if rnd:
+                for ph, v in acc.items():
+                    phases[name][ph].append(1e3 * v / 10)
+    med = {k: {ph: statistics.median(v) for ph, v in d.items()} for k, d in phases.items()}
+    phase_lines = ["| phase (CPU ms / step) | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
+    for ph in ("forward", "backward", "optimizer"):
+        phase_lines.append(f"| {ph} | " + " | ".join(f"{med[k][ph]:.1f}" for k in variants) + " |")
+    phase_lines.append("| **step** | " + " | ".join(f"**{sum(med[k].values()):.1f}**" for k in variants) + " |")
     per_op = {}
     for name, (model, opt) in variants.items():
         def step():
@@ -54,17 +83,20 @@ def main():
         per_op[name] = {e.key: e.self_cpu_time_total / 1e3 / STEPS for e in prof.key_averages()}
     totals = {k: sum(v.values()) for k, v in per_op.items()}
     ops = sorted(set().union(*per_op.values()), key=lambda o: -max(v.get(o, 0.0) for v in per_op.values()))[:TOP]
-    lines = ["| op (self CPU, ms / step under the profiler) | " + " | ".join(variants) + " |",
+    lines = phase_lines + ["", f"CPU time per phase, medians of {ROUNDS} interleaved rounds of 10 steps.", ""]
+    lines += ["| op (self CPU, ms / step under the profiler) | " + " | ".join(variants) + " |",
              "|---|" + "---|" * len(variants)]
     for o in ops:
         lines.append(f"| `{o[:60]}` | " + " | ".join(f"{per_op[k].get(o, 0.0):.2f}" for k in variants) + " |")
     lines.append("| **all ops** | " + " | ".join(f"**{totals[k]:.1f}**" for k in variants) + " |")
     lines += ["", f"Mini ViT step (batch {MINI_BATCH}, one thread), mean of {STEPS} profiled steps; ratios ρ = "
               f"{', '.join(f'{r:.2f}' for r in rho)}, mean ν = {sum(nu) / len(nu):.2f}. The profiler's own "
-              "overhead inflates every op; compare columns, not with the timings above."]
+              "overhead inflates every op, and its times are wall clock, inflated by the other jobs of the "
+              f"machine (load average {os.getloadavg()[0]:.1f} on 2 cores): compare columns."]
     table = "\n".join(lines)
     print(table)
-    save("vcas_profile", {"steps": STEPS, "rho": rho, "nu": nu, "per_op_ms": per_op, "total_ms": totals}, table)
+    save("vcas_profile", {"steps": STEPS, "rho": rho, "nu": nu, "per_op_ms": per_op, "total_ms": totals,
+                          "phases_cpu_ms": med, "load": list(os.getloadavg())}, table)
 
 
 if __name__ == "__main__":
