@@ -22,7 +22,7 @@ from benchmarks.vcas_backward import MINI_BATCH, mini_ratios  # noqa: E402
 from common.nn import ViTClassifier  # noqa: E402
 from methods.vcas import Sampled  # noqa: E402
 
-STEPS, TOP, ROUNDS = 20, 14, 5
+STEPS, TOP, ROUNDS = 10, 14, 3
 
 
 def make(mode, rho=None, nu=None, fuse=True):
