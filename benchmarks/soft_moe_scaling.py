@@ -3,6 +3,11 @@ number of experts grows, and a naive per-expert Python loop for comparison; then
 layer beside the PyTorch peer implementation `soft-moe-pytorch` (lucidrains), same shapes.
 
     python benchmarks/soft_moe_scaling.py [--quick | --peer-only]  -> tables + benchmarks/results/soft_moe_scaling.{json,png}
+    python benchmarks/soft_moe_scaling.py --peer-threads  -> benchmarks/results/soft_moe_peer_threads.json
+
+--peer-threads: the peer comparison at one and at two threads (4-256 experts, 256 tokens so that
+n·p = tokens for every n), forward and backward timed apart, wall clock (two threads), with the
+machine's load average before and after in the JSON (a shared machine: ratios, not milliseconds).
 
 Matched FLOPs: 256 tokens (32x32 image, patch 2) and n·p = 256 slots for every n, so each
 MoE layer runs 256 expert-MLP applications per image, as the dense MLP does. Peak memory is
@@ -131,7 +136,83 @@ def peer_table(rows: dict, shape, device: str) -> list[str]:
                         "loops over experts in Python (and normalises tokens and slots with RMSNorm)."]
 
 
+PT_EXPERTS, PT_SHAPE, PT_REPEATS = (4, 16, 64, 256), (8, 256, 192), 5   # (B, m, d); n·p = m
+
+
+def peer_threads(experts=PT_EXPERTS, shape=PT_SHAPE, repeats=PT_REPEATS, threads=(1, 2)) -> dict:
+    """Forward and backward seconds (medians of interleaved repeats, wall clock) of ours and the
+    peer at each thread count; ratios peer / ours per phase."""
+    import os
+    import statistics
+
+    from soft_moe_pytorch import SoftMoE as PeerSoftMoE
+
+    b, m, d = shape
+    out = {"load_before": os.getloadavg(), "shape": shape, "repeats": repeats, "rows": {}}
+    for n in experts:
+        torch.manual_seed(0)
+        layers = {"ours": SoftMoE(d, n, m // n, 4 * d),
+                  "peer": PeerSoftMoE(d, num_experts=n, num_slots=m // n, expert_mult=4,
+                                      offload_unused_experts_to_cpu=False)}
+        x = torch.randn(b, m, d, requires_grad=True)
+        for t in threads:
+            torch.set_num_threads(t)
+            times = {k: ([], []) for k in layers}
+            for rep in range(repeats + 1):          # round 0 warms up
+                for k, layer in layers.items():
+                    t0 = time.perf_counter()
+                    y = layer(x)
+                    t1 = time.perf_counter()
+                    y.sum().backward()
+                    t2 = time.perf_counter()
+                    x.grad = None
+                    layer.zero_grad(set_to_none=True)
+                    if rep:
+                        times[k][0].append(t1 - t0)
+                        times[k][1].append(t2 - t1)
+            med = {k: (statistics.median(f), statistics.median(bw)) for k, (f, bw) in times.items()}
+            out["rows"][f"{n}_{t}"] = {
+                "experts": n, "slots_per_expert": m // n, "threads": t,
+                "ours_fwd_ms": 1e3 * med["ours"][0], "ours_bwd_ms": 1e3 * med["ours"][1],
+                "peer_fwd_ms": 1e3 * med["peer"][0], "peer_bwd_ms": 1e3 * med["peer"][1],
+                "peer_over_ours_fwd": med["peer"][0] / med["ours"][0],
+                "peer_over_ours_bwd": med["peer"][1] / med["ours"][1],
+                "peer_over_ours": sum(med["peer"]) / sum(med["ours"])}
+    out["load_after"] = os.getloadavg()
+    return out
+
+
+def peer_threads_table(res: dict) -> str:
+    from importlib.metadata import version
+
+    b, m, d = res["shape"]
+    lines = ["| experts × slots | threads | ours fwd / bwd (ms) | peer fwd / bwd (ms) | peer / ours fwd | bwd | fwd+bwd |",
+             "|---|---|---|---|---|---|---|"]
+    for r in res["rows"].values():
+        lines.append(f"| {r['experts']} × {r['slots_per_expert']} | {r['threads']} | {r['ours_fwd_ms']:.1f} / "
+                     f"{r['ours_bwd_ms']:.1f} | {r['peer_fwd_ms']:.1f} / {r['peer_bwd_ms']:.1f} | "
+                     f"{r['peer_over_ours_fwd']:.2f} | {r['peer_over_ours_bwd']:.2f} | {r['peer_over_ours']:.2f} |")
+    lb, la = res["load_before"], res["load_after"]
+    lines += ["", f"One Soft MoE layer on CPU, B = {b}, {m} tokens, d = {d}, n·p = {m} slots; wall clock, medians of "
+              f"{res['repeats']} interleaved repeats; soft-moe-pytorch {version('soft-moe-pytorch')}; load average "
+              f"(1/5/15 min) {lb[0]:.1f}/{lb[1]:.1f}/{lb[2]:.1f} before and {la[0]:.1f}/{la[1]:.1f}/{la[2]:.1f} after, "
+              "on 2 cores.",
+              "", "(`python benchmarks/soft_moe_scaling.py --peer-threads`; raw: "
+              "`benchmarks/results/soft_moe_peer_threads.json`)"]
+    return "\n".join(lines)
+
+
 def main():
+    if "--peer-threads" in sys.argv[1:]:
+        from common import results
+        quick = "--quick" in sys.argv[1:]
+        res = peer_threads((4, 16), (2, 16, 32), 1) if quick else peer_threads()
+        table = peer_threads_table(res)
+        print(table)
+        if not quick:
+            results.write(OUT / "soft_moe_peer_threads.json", res)
+            results.update_readmes("bench:soft_moe_peer_threads", table)
+        return
     if len(sys.argv) == 4 and sys.argv[1] == "--one":  # child process: one configuration
         print(json.dumps(measure(sys.argv[2], int(sys.argv[3]), "cuda" if torch.cuda.is_available() else "cpu")))
         return

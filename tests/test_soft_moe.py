@@ -240,3 +240,43 @@ def test_triton_kernel_path_equals_the_layer():
     torch.testing.assert_close(fused(x), ref(x), rtol=2e-5, atol=2e-5)
     for a, b in zip(*grads):
         torch.testing.assert_close(b, a, rtol=2e-5, atol=2e-5)
+
+
+def _mlp_weights(model, block):
+    mlp = model.vit.blocks[block].mlp
+    return (mlp.experts.w1, mlp.experts.w2, mlp.experts.b1) if hasattr(mlp, "experts") else \
+        (mlp.fc1.weight, mlp.fc2.weight, mlp.fc1.bias)
+
+
+@pytest.mark.parametrize("router", ["dense", "soft"])
+def test_mlp_init_sets_one_init_for_the_last_blocks_only(router):
+    """mlp_init gives the MoE blocks' MLPs (dense or experts) one initialisation; everything else
+    is what mlp_init=None builds from the same seed."""
+    kw = dict(img_size=28, in_chans=1, num_classes=10, router=router, patch_size=7, dim=64, depth=4, heads=4,
+              moe_blocks=2, num_experts=8)
+    torch.manual_seed(0)
+    base = MoEViT(**kw)
+    for kind in ("timm", "fan_in"):
+        torch.manual_seed(0)
+        model = MoEViT(**kw, mlp_init=kind)
+        for block in (2, 3):
+            w1, w2, b1 = _mlp_weights(model, block)
+            assert float(b1.detach().abs().max()) == 0
+            for w, fan_in in ((w1, 64), (w2, 256)):
+                if kind == "timm":      # N(0, 0.02²) truncated at ±2 (i.e. not at all)
+                    assert abs(float(w.std()) - 0.02) < 0.002
+                else:                   # U(±1/√fan_in): std bound/√3, max just under the bound
+                    bound = 1 / math.sqrt(fan_in)
+                    assert float(w.abs().max()) <= bound and float(w.abs().max()) > 0.95 * bound
+                    assert abs(float(w.std()) - bound / math.sqrt(3)) < 0.05 * bound
+        names = {n for n, _ in model.named_parameters()
+                 if not any(n.startswith(f"vit.blocks.{b}.mlp.") and ("fc" in n or "experts" in n) for b in (2, 3))}
+        ref = dict(base.named_parameters())
+        for n, p in model.named_parameters():
+            if n in names:
+                assert torch.equal(p, ref[n]), n
+    # the default keeps each its own: dense timm's std 0.02, experts U(±1/√64) (std 0.072)
+    w_default = _mlp_weights(base, 3)[0]
+    assert abs(float(w_default.std()) - (0.02 if router == "dense" else 0.125 / math.sqrt(3))) < 0.005
+    with pytest.raises(ValueError, match="mlp_init"):
+        MoEViT(**kw, mlp_init="xavier")

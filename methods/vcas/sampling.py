@@ -86,6 +86,7 @@ class SamplingState:
     record: bool = False       # controller's exact passes: keep each block's output-gradient norms
     measure_w: bool = False    # controller's SampleA passes: add SampleW's analytic variance to w_var
     generator: torch.Generator | None = None
+    fuse: bool = True          # timm blocks on CPU: the whole block backward on the kept rows (block.py)
     kernels: str = "reference"  # hardware.kernels: SampleW's ∇W on the Triton kernel where it resolves to Triton
     kept: torch.Tensor | None = None   # samples whose gradient survives below the last SampleA (None: all)
     norms: dict[int, list[torch.Tensor]] = field(default_factory=dict)   # per block, one per recorded pass
@@ -117,21 +118,48 @@ class _SampleA(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, gy):
-        st, l = ctx.state, ctx.block
-        n = gy.shape[0]
-        if st.record:
-            st.norms[l].append(gy.detach().reshape(n, -1).norm(dim=1))
-        top = l == st.num_blocks - 1
-        if top:
-            st.kept = None                 # a new backward pass starts with every sample
-        if not st.sample_act or st.rho[l] >= 1 or (not top and st.rho[l] >= st.rho[l + 1]):
-            return gy, None, None          # nothing dropped here; the kept rows stay as they are
-        p = water_fill(gy.detach().reshape(n, -1).norm(dim=1), st.rho[l] * n)
-        idx = st.bernoulli(p).nonzero().squeeze(1)
-        st.kept = idx
-        scale = torch.zeros(n, device=gy.device, dtype=gy.dtype)
-        scale[idx] = 1 / p[idx].to(gy.dtype)
-        return gy * scale.view(-1, *[1] * (gy.dim() - 1)), None, None
+        return sample_act(ctx.state, ctx.block, gy), None, None
+
+
+def sample_act(st: SamplingState, l: int, gy: torch.Tensor) -> torch.Tensor:
+    """SampleA on block l's output gradient gy (N, ...): records its norms on controller passes,
+    keeps sample i with probability p_i ∝ ‖gy_i‖ (Σ p = ρ_l·N, among the survivors of the blocks
+    above), writes the kept indices into `st.kept` and returns gy with kept samples scaled by
+    1/p_i and dropped ones zero; where ρ_l = ρ_{l+1} (or 1, or sampling is off) gy passes through."""
+    n = gy.shape[0]
+    if st.record:
+        st.norms[l].append(gy.detach().reshape(n, -1).norm(dim=1))
+    top = l == st.num_blocks - 1
+    if top:
+        st.kept = None                 # a new backward pass starts with every sample
+    if not st.sample_act or st.rho[l] >= 1 or (not top and st.rho[l] >= st.rho[l + 1]):
+        return gy                      # nothing dropped here; the kept rows stay as they are
+    p = water_fill(gy.detach().reshape(n, -1).norm(dim=1), st.rho[l] * n)
+    idx = st.bernoulli(p).nonzero().squeeze(1)
+    st.kept = idx
+    scale = torch.zeros(n, device=gy.device, dtype=gy.dtype)
+    scale[idx] = 1 / p[idx].to(gy.dtype)
+    return gy * scale.view(-1, *[1] * (gy.dim() - 1))
+
+
+def weight_grad(st: SamplingState, j: int, gz2: torch.Tensor, x2: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """SampleW for linear j: ∇W = Σ_r ∇Z_rᵀ X_r / q_r over rows drawn with q_r ∝ ‖∇Z_r‖·‖X_r‖,
+    Σ q = ν_j·rows (exact where ν_j = 1 or sampling is off); on controller SampleA passes also
+    adds the analytic variance to `st.w_var[j]`. gz2 (rows, out), x2 (rows, in) -> (∇W, rows used)."""
+    rows, nu = gz2.shape[0], st.nu[j]
+    if not ((st.sample_w or st.measure_w) and nu < 1 and rows):
+        return gz2.t() @ x2, rows
+    score = torch.linalg.vector_norm(gz2, dim=1) * torch.linalg.vector_norm(x2, dim=1)
+    q = water_fill(score, nu * rows)
+    if st.measure_w:
+        on = q > 0
+        st.w_var[j] += float(((1 / q[on] - 1) * score[on].double().pow(2)).sum())
+    if not st.sample_w:
+        return gz2.t() @ x2, rows
+    r = st.bernoulli(q).nonzero().squeeze(1)
+    if resolve_impl(st.kernels, gz2.device) == "triton":   # gathers and rescales inside the GEMM
+        return gathered_weight_grad(gz2, x2, r, q, impl="triton"), len(r)
+    return sampled_weight_grad(gz2.index_select(0, r), x2.index_select(0, r), 1 / q[r]), len(r)
 
 
 class _SampledLinearFn(torch.autograd.Function):
@@ -160,22 +188,7 @@ class _SampledLinearFn(torch.autograd.Function):
             gx = gxk if kept is None else x.new_zeros(x.shape).index_copy_(0, kept, gxk)
         gw, w_rows = None, rows
         if ctx.needs_input_grad[1]:
-            nu = st.nu[j]
-            if (st.sample_w or st.measure_w) and nu < 1 and rows:
-                score = torch.linalg.vector_norm(gz2, dim=1) * torch.linalg.vector_norm(x2, dim=1)
-                q = water_fill(score, nu * rows)
-                if st.measure_w:
-                    on = q > 0
-                    st.w_var[j] += float(((1 / q[on] - 1) * score[on].double().pow(2)).sum())
-            if st.sample_w and nu < 1 and rows:
-                r = st.bernoulli(q).nonzero().squeeze(1)
-                w_rows = len(r)
-                if resolve_impl(st.kernels, gz2.device) == "triton":   # gathers and rescales inside the GEMM
-                    gw = gathered_weight_grad(gz2, x2, r, q, impl="triton")
-                else:
-                    gw = sampled_weight_grad(gz2.index_select(0, r), x2.index_select(0, r), 1 / q[r])
-            else:
-                gw = gz2.t() @ x2
+            gw, w_rows = weight_grad(st, j, gz2, x2)
         gb = gz2.sum(0) if ctx.has_bias else None   # dropped rows are zero: the kept rows give the sum
         skipped = (rows_all - rows if gx is not None else 0) + (rows_all - w_rows if gw is not None else 0)
         st.skipped_flops += 2.0 * in_f * out_f * skipped
@@ -202,12 +215,17 @@ class SampledBlock(nn.Module):
 
     def __init__(self, block: nn.Module, state: SamplingState, index: int):
         super().__init__()
+        from methods.vcas.block import fusable, fused_block   # block.py imports this module
         self.block, self.state, self.index = block, state, index
+        self.fused = fused_block if fusable(block) else None
 
     def forward(self, x, *args, **kwargs):
+        st = self.state
+        if not (st.active and torch.is_grad_enabled()):
+            return self.block(x, *args, **kwargs)
+        if st.fuse and self.fused is not None and not args and not kwargs and x.device.type == "cpu":
+            return self.fused(self.block, x, st, self.index)   # the whole backward on the kept rows
         out = self.block(x, *args, **kwargs)
-        if not (self.state.active and torch.is_grad_enabled()):
-            return out
         if isinstance(out, tuple):
             return (_SampleA.apply(out[0], self.state, self.index), *out[1:])
         return _SampleA.apply(out, self.state, self.index)
