@@ -20,7 +20,7 @@
 #   GPU_CHECK_PARITY_S=80 GPU_CHECK_BENCH_S=100   the first two steps' limits
 #   GPU_CHECK_FLOOR_S=15     the least a smoke config gets; GPU_CHECK_STEPS=3 Trainer steps per fit
 #   GPU_CHECK_METHODS=a,b    only these methods' smokes (default: all)
-#   GPU_CHECK_PARITY_ARGS    extra pytest arguments of step 1 (the CPU test passes -k to keep it short)
+#   GPU_CHECK_PARITY_K       a pytest -k expression for step 1 (the CPU test runs a few parity tests only)
 #   GPU_CHECK_RESULTS=benchmarks/results   where the JSON goes (the CPU test writes to a temporary folder)
 # Packages the device image lacks (hydra-core, omegaconf, ...): put their wheels in .whl/ and carry
 # it (see /work/.library/device/README.md); they are installed to /tmp/site first.
@@ -100,9 +100,10 @@ run_step() {                               # run_step NAME LIMIT_S CMD...
 }
 
 # 1. kernel parity: the odd tiny shapes and the larger `gpu` shapes, fp32 and bf16
-# shellcheck disable=SC2086
+PARITY_K=()
+[ -n "${GPU_CHECK_PARITY_K:-}" ] && PARITY_K=(-k "$GPU_CHECK_PARITY_K")
 run_step kernel_parity "${GPU_CHECK_PARITY_S:-80}" "$PY" -m pytest tests/kernels -q -m "gpu or not gpu" -p no:cacheprovider \
-    -n 0 --junitxml="$LOGS/kernel_parity.xml" ${GPU_CHECK_PARITY_ARGS:-}
+    -n 0 --junitxml="$LOGS/kernel_parity.xml" "${PARITY_K[@]}"
 # 2. the benchmark; it rewrites its JSON after every row, so a cut-short run still leaves numbers
 run_step gpu_kernels "${GPU_CHECK_BENCH_S:-100}" "$PY" benchmarks/gpu_kernels.py "${BENCH_FLAGS[@]}" \
     --out "$RESULTS/gpu_kernels.json" --budget-s "$(( ${GPU_CHECK_BENCH_S:-100} - 10 ))"
@@ -131,7 +132,7 @@ from scripts.gpu_smoke import all_methods, plan
 rows, status = [], 0
 methods = [m for m in sys.argv[2].split(",") if m] or all_methods()
 for m in plan(methods):
-    status |= dry_run(m, [], log=lambda line: (rows.append(json.loads(line)), print(line)))
+    status |= dry_run(m, [], rows=rows)
 counted = [r for r in rows if r.get("paper_params_m")]
 json.dump({"configs": rows, "with_paper_count": len(counted), "mismatch": [r["experiment"] for r in counted if r["status"] != "ok"],
            "errors": [r["experiment"] for r in rows if r.get("status") == "ERROR"]}, open(sys.argv[1], "w"), indent=1)

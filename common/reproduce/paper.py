@@ -46,8 +46,39 @@ def build_on_meta(cfg) -> tuple[torch.nn.Module, int]:
     return model, sum(p.numel() for p in model.parameters())
 
 
-def dry_run(method: str, extra: list[str], log=print) -> int:
-    """1 when a paper-tier model's size is more than 2% off the paper's, or a config does not build."""
+def dry_run(method: str, extra: list[str], log=print, rows: list | None = None) -> int:
+    """1 when a paper-tier model's size is more than 2% off the paper's, or a config does not build.
+    One line per config to `log`; `rows` (when given) receives each config's numbers as a dict."""
+    from common.reproduce import synthetic
+
+    status = 0
+    synthetic.install()     # offline: the Hub architectures from synthetic.HF_CONFIGS (nothing is loaded on meta)
+    try:
+        status = _dry_run(method, extra, log, rows)
+    finally:
+        synthetic.uninstall()
+    return status
+
+
+def _count(cfg) -> int | None:
+    """Parameters of the paper-tier network: `build(cfg)` on meta, or for a method that builds
+    nothing before its data, the Hub model its config names (`method.model`); None without either."""
+    module = import_method(cfg.method.name)
+    if hasattr(module, "build"):
+        return build_on_meta(cfg)[1]
+    from common.reproduce import synthetic
+
+    hub = cfg.method.get("model") if hasattr(cfg.method, "get") else None
+    if isinstance(hub, str) and hub in synthetic.HF_CONFIGS:
+        import transformers
+
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(synthetic.hf_config(hub))
+        return sum(p.numel() for p in model.parameters())
+    return None
+
+
+def _dry_run(method: str, extra: list[str], log, rows) -> int:
     status = 0
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
         for name in experiments(method, "paper"):
@@ -55,22 +86,27 @@ def dry_run(method: str, extra: list[str], log=print) -> int:
             try:
                 cfg = compose("train", overrides=[f"experiment={name}", *extra])
                 expected = (cfg.paper or {}).get("params_m")
-                if getattr(import_method(cfg.method.name), "TRAINS_NO_NETWORK", False):
-                    row["params_m"] = None
-                    row["note"] = "trains no network (its build returns the synthetic task)"
+                count = None if getattr(import_method(cfg.method.name), "TRAINS_NO_NETWORK", False) else _count(cfg)
+                if count is None:
+                    row.update(params_m=None, status="no network to count")
+                    line = f"{name}: no network to count (it trains none, or builds it only from its data)"
                 else:
-                    _, count = build_on_meta(cfg)
                     row["params_m"] = round(count / 1e6, 3)
+                    line = f"{name}: {count / 1e6:.2f} M parameters"
                     if expected:
                         ok = abs(count / 1e6 - expected) <= PARAMS_RTOL * expected
                         row.update(paper_params_m=expected, status="ok" if ok else "MISMATCH")
+                        line += f" (paper {expected} M: {row['status']})"
                         status |= not ok
                     else:
                         row["status"] = "no paper count"
             except Exception as err:  # a dry run reports every config, whatever one of them does
                 row.update(status="ERROR", error=f"{type(err).__name__}: {err}"[:400])
+                line = f"{name}: ERROR {row['error']}"
                 status = 1
-            log(json.dumps(row))
+            log(line)
+            if rows is not None:
+                rows.append(row)
     return status
 
 
