@@ -114,7 +114,7 @@ METHODS_ARG=()
 [ -n "${GPU_CHECK_METHODS:-}" ] && METHODS_ARG=(--methods "$GPU_CHECK_METHODS")
 for round in first rest; do
     for attempt in 1 2; do
-        left=$(( BUDGET - ($(date +%s) - START) - 20 ))   # 20 s kept for the dry run and the summary
+        left=$(( BUDGET - ($(date +%s) - START) - 45 ))   # 45 s kept for the dry run and the summary
         [ "$left" -lt "$FLOOR" ] && break
         run_step "smokes_${round}_$attempt" "$(( left + 10 ))" "$PY" scripts/gpu_smoke.py --round "$round" \
             --steps "$STEPS" --budget-s "$left" --floor-s "$FLOOR" --since "$START" "${SMOKE_FLAGS[@]}" "${METHODS_ARG[@]}"
