@@ -7,8 +7,8 @@ Nothing here is imported by a method or a table: `install()` patches the loaders
 undoes it on `uninstall()`. The dataset configs and `common/data` stay as they are, so no table's
 code fingerprint changes. What each stand-in is:
 
-- images (the registry names): uniform random uint8 images of the dataset's shape and random labels
-  over its classes (`IMAGES`), `n_train` / `n_test` of them;
+- images (the registry names): uniform random uint8 images of the dataset's shape and balanced
+  labels over its classes (`IMAGES`), `n_train` / `n_test` of them;
 - hypergraphs: `common.data.hypergraphs.synthetic_hypergraph` with the named graph's vertex count,
   classes and feature width (`HYPERGRAPHS`); the hypergraph-reconstruction pairs (`find_or_fetch`
   of their train.txt / test.txt) written from a synthetic hypergraph;
@@ -77,10 +77,11 @@ def images(name: str, split: str, n: int | None = None) -> tuple[torch.Tensor, t
     n = n or (STATE["n_train"] if split == "train" else STATE["n_test"])
     g = _gen(f"{name}/{split}")
     STATE["used"].add(f"images:{name}")
-    return torch.randint(0, 256, (n, c, h, w), generator=g, dtype=torch.uint8), torch.randint(0, k, (n,), generator=g)
+    labels = (torch.arange(n) % k)[torch.randperm(n, generator=g)]        # balanced: n/k per class
+    return torch.randint(0, 256, (n, c, h, w), generator=g, dtype=torch.uint8), labels
 
 
-def crystals(n: int = 512, max_atoms: int = 16, seed: int = 0) -> list[dict]:
+def crystals(n: int = 4096, max_atoms: int = 16, seed: int = 0) -> list[dict]:
     """Random cells: lattice 4-8 Å cubic-ish, 2-`max_atoms` atoms of Z 1-83, a Gaussian target."""
     rng = np.random.default_rng(seed)
     out = []
