@@ -45,6 +45,13 @@ def test_synthetic_stand_ins_have_the_papers_shapes_and_are_undone():
         cells = crystals.load_jarvis("dft_3d", "formation", "data", False)
         assert all(c["pos"].shape == (len(c["z"]), 3) and c["lattice"].shape == (3, 3) for c in cells[:5])
         assert len(text.load_text("wikitext2", "test").split()) > 10_000
+        assert data.load("digits", "train")[0].shape[0] == 64 and len(data.load("digits", "test")[1]) == 16
+        assert torch.bincount(data.load("cifar10", "train")[1]).tolist() == [64 // 10 + (i < 4) for i in range(10)]
+        from omegaconf import OmegaConf
+        synthetic.configure(OmegaConf.create({"dataset": {"num_features": {"breastw": 9}}}))
+        from common.data import adbench
+        x, y = adbench.load_adbench("breastw")
+        assert x.shape[1] == 9 and set(np.unique(y)) <= {0, 1}
         splits = synthetic.glue_splits("mnli", max_length=128)
         assert splits["train"][0]["input_ids"].shape == (64, 128) and int(splits["train"][1].max()) < 3
         assert "images:cifar100" in synthetic.used() and "crystals" in synthetic.used()

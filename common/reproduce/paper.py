@@ -251,7 +251,9 @@ def gpu_smoke(method: str, steps: int, extra: list[str], log=print, only: list[s
                 try:
                     with _deadline(seconds):
                         overrides = smoke_overrides(name, steps, cpu, settings) + list(extra)
-                        metrics, ok = run_method(compose("train", overrides=overrides)), True
+                        cfg = compose("train", overrides=overrides)
+                        synthetic.configure(cfg)
+                        metrics, ok = run_method(cfg), True
                 except BaseException as err:  # a smoke reports every config, whatever one of them does
                     if isinstance(err, KeyboardInterrupt):
                         raise

@@ -39,6 +39,10 @@ IMAGES = {
     "fashion_mnist": (1, 28, 28, 10), "digits": (1, 8, 8, 10), "mnist5k": (1, 28, 28, 10), "mnist": (1, 28, 28, 10),
     "cifar10": (3, 32, 32, 10), "cifar100": (3, 32, 32, 100), "stl10": (3, 96, 96, 10), "tinyimagenet": (3, 64, 64, 200),
 }
+# name -> (train, test) images of the real dataset: a stand-in has as many, up to n_train / n_test
+# (a long-tailed CIFAR-100 needs its 500 images per class, federated splits their per-class counts)
+SIZES = {"fashion_mnist": (60000, 10000), "digits": (1437, 360), "mnist5k": (4000, 1000), "mnist": (60000, 10000),
+         "cifar10": (50000, 10000), "cifar100": (50000, 10000), "stl10": (5000, 8000), "tinyimagenet": (100000, 10000)}
 # name -> (vertices, classes, feature width): the HyperGCN graphs (Table 3 of LightHGNN)
 HYPERGRAPHS = {"cocitation_cora": (2708, 7, 1433), "cocitation_citeseer": (3312, 6, 3703),
                "coauthorship_cora": (2708, 7, 1433), "coauthorship_dblp": (43413, 6, 1425),
@@ -74,7 +78,8 @@ def images(name: str, split: str, n: int | None = None) -> tuple[torch.Tensor, t
     if name not in IMAGES:
         raise ValueError(f"no synthetic shape for image dataset '{name}'; known: {sorted(IMAGES)}")
     c, h, w, k = IMAGES[name]
-    n = n or (STATE["n_train"] if split == "train" else STATE["n_test"])
+    cap = STATE["n_train"] if split == "train" else STATE["n_test"]
+    n = n or min(cap, SIZES[name][0 if split == "train" else 1])
     g = _gen(f"{name}/{split}")
     STATE["used"].add(f"images:{name}")
     labels = (torch.arange(n) % k)[torch.randperm(n, generator=g)]        # balanced: n/k per class
@@ -95,8 +100,10 @@ def crystals(n: int = 4096, max_atoms: int = 16, seed: int = 0) -> list[dict]:
     return out
 
 
-def anomaly_table(name: str, n: int = 2000, d: int = 20) -> tuple[np.ndarray, np.ndarray]:
-    """Gaussian inliers, 5% outliers shifted by 3 in every feature; y = 1 for an outlier."""
+def anomaly_table(name: str, n: int = 2000, d: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian inliers, 5% outliers shifted by 3 in every feature; y = 1 for an outlier. The width is
+    the config's `dataset.num_features[name]` when the smoke passed its config (`configure`), else 20."""
+    d = d or int((STATE.get("num_features") or {}).get(name, 20))
     rng = np.random.default_rng(int(hashlib.sha256(name.encode()).hexdigest()[:8], 16))
     y = (rng.uniform(size=n) < 0.05).astype(np.int64)
     x = rng.normal(size=(n, d)) + 3.0 * y[:, None]
@@ -300,6 +307,13 @@ def _patch_hub() -> None:
             return real_config(name, *args, **kwargs)
         return hf_config(str(name), **{k: v for k, v in kwargs.items() if k == "num_labels"})
     _patch(transformers.AutoConfig, "from_pretrained", config_from_pretrained)
+
+
+def configure(cfg) -> None:
+    """What a stand-in reads from the run's config: the tables' feature counts (`dataset.num_features`)."""
+    ds = cfg.get("dataset") if hasattr(cfg, "get") else None
+    nf = ds.get("num_features") if ds is not None and hasattr(ds, "get") else None
+    STATE["num_features"] = dict(nf) if nf is not None and hasattr(nf, "items") else {}
 
 
 def uninstall() -> None:
