@@ -264,7 +264,7 @@ def install(n_train: int = 4096, n_test: int = 1024, shrink: bool = False) -> No
     _patch_hub()
 
 
-def _sphere(name: str, n: int = 6000) -> torch.Tensor:
+def _sphere(name: str, n: int = 20000) -> torch.Tensor:      # > the paper batch (8192) after the splits
     x = torch.randn(n, 3, generator=_gen(f"earth/{name}"), dtype=torch.float64)
     STATE["used"].add(f"earth:{name}")
     return x / x.norm(dim=1, keepdim=True)
