@@ -47,7 +47,11 @@ def main() -> None:
     parser.add_argument("--ci", action="store_true", help="run the CI plan; exit 1 when a claim fails")
     parser.add_argument("--budget-min", type=float, default=35.0, help="CI's minutes for tables")
     parser.add_argument("--dry-run", action="store_true", help="paper tier: build each model on the meta device")
-    parser.add_argument("--gpu-smoke", type=int, metavar="STEPS", help="paper tier: STEPS steps of each config on CUDA")
+    parser.add_argument("--gpu-smoke", type=int, metavar="STEPS",
+                        help="paper tier: STEPS steps of each config on CUDA (synthetic inputs, no compile; "
+                             "--only EXP,... for some configs; JSON in benchmarks/results/gpu_<method>.json)")
+    parser.add_argument("--cpu", action="store_true",
+                        help="with --gpu-smoke: on the CPU, Hub architectures shrunk (the GPU check's own test)")
     parser.add_argument("--rejudge", action="store_true",
                         help="judge the published record again by the current claims (no run; refused when stale)")
     parser.add_argument("--held-out", action="store_true", help="with --rejudge: the held-out record")
@@ -75,7 +79,7 @@ def main() -> None:
             from common.reproduce.paper import dry_run, gpu_smoke
 
             return dry_run(args.method, args.overrides) if args.dry_run else \
-                gpu_smoke(args.method, args.gpu_smoke, args.overrides)
+                gpu_smoke(args.method, args.gpu_smoke, args.overrides, only=args.only, cpu=args.cpu)
         from common.reproduce import rejudge_published, reproduce
 
         if args.rejudge:

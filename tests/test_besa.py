@@ -108,27 +108,27 @@ def tiny_llama():
     return transformers.LlamaForCausalLM(cfg)
 
 
-@pytest.mark.parametrize("method", ["magnitude", "wanda", "sparsegpt", "besa"])
+@pytest.mark.parametrize("method", ["magnitude", "wanda", "sparsegpt", "besa", "random"])
 def test_pruned_model_zero_count_equals_reported(tiny_llama, method):
     model = copy.deepcopy(tiny_llama)
     ids = torch.randint(0, 64, (8, 16))
     before = perplexity(model, ids, batch_size=4)
     report = prune(model, ids, 0.5, method, batch_size=4, epochs=2, progress=False)
-    layer_sp = {k: v for k, v in report.items() if k != "seconds_per_block"}
+    layer_sp = {k: v for k, v in report.items() if k not in ("seconds_per_block", "raw_sparsity")}
     assert len(layer_sp) == 2 * 7
     numel = {f"{i}.{n}": m.weight.numel() for i, l in enumerate(model.model.layers)
              for n, m in l.named_modules() if isinstance(m, nn.Linear)}
     weighted = sum(layer_sp[k] * numel[k] for k in numel) / sum(numel.values())
     assert overall_sparsity(model) == pytest.approx(weighted, abs=1e-9)
     assert overall_sparsity(model) == pytest.approx(0.5, abs=0.02)
-    if method != "besa":
+    if method not in ("besa", "random"):
         assert all(v == pytest.approx(0.5, abs=0.01) for v in layer_sp.values())
     assert perplexity(model, ids, batch_size=4) != before
 
 
 def test_bad_method_is_a_clear_error(tiny_llama):
     with pytest.raises(ValueError, match="method must be one of"):
-        prune(tiny_llama, torch.zeros(2, 4, dtype=torch.long), 0.5, "random")
+        prune(tiny_llama, torch.zeros(2, 4, dtype=torch.long), 0.5, "bogus")
 
 
 def test_public_api_has_the_papers_defaults_and_the_configs_agree(compose_cfg):
@@ -138,8 +138,9 @@ def test_public_api_has_the_papers_defaults_and_the_configs_agree(compose_cfg):
     assert defaults["sparsity"] == 0.5 and defaults["method"] == "besa"
     assert (defaults["candidates"], defaults["lam"], defaults["epochs"], defaults["batch_size"]) == (100, 5.0, 1, 1)
     cfg = compose_cfg(["method=besa"])
-    assert {k: cfg.method.pruner[k] for k in ("method", "sparsity", "candidates", "lam")} == {
-        k: defaults[k] for k in ("method", "sparsity", "candidates", "lam")}
+    assert {k: cfg.method.pruner[k] for k in ("method", "sparsity", "candidates", "lam", "project", "spread")} == {
+        k: defaults[k] for k in ("method", "sparsity", "candidates", "lam", "project", "spread")}
+    assert defaults["project"] is False      # the paper's BESA: the penalty alone
     assert (cfg.trainer.epochs, cfg.trainer.batch_size) == (defaults["epochs"], defaults["batch_size"])
     assert cfg.trainer.optimizer._target_ == "torch.optim.Adam" and cfg.trainer.optimizer.lr == 0.05
 
@@ -167,7 +168,7 @@ def test_trainer_optimizer_is_what_besa_trains_with(compose_cfg, tiny_llama):
         model = copy.deepcopy(tiny_llama)
         cfg.trainer.optimizer.lr = lr
         report = build_pruner(cfg)(model, ids)
-        sparsity[lr] = sorted(v for k, v in report.items() if k != "seconds_per_block")
+        sparsity[lr] = sorted(v for k, v in report.items() if k not in ("seconds_per_block", "raw_sparsity"))
     assert sparsity[1e-6] == pytest.approx([0.5] * len(sparsity[1e-6]))
     assert sparsity[0.5] != pytest.approx(sparsity[1e-6], abs=1e-3)
 

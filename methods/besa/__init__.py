@@ -11,6 +11,7 @@ from common.config import UserError
 from common.data import text
 from methods.besa.baselines import magnitude, sparsegpt, wanda
 from methods.besa.besa import BesaLinear, besa_loss, block_sparsity, output_error
+from methods.besa.project import project_counts
 from methods.besa.prune import METHODS, decoder_layers, overall_sparsity, prune, train_block
 
 
@@ -60,9 +61,11 @@ def run(cfg, ctx) -> dict[str, float]:
     if kind != "dense":
         calib = text.random_windows(tokens(tok, m.calibration.source, "train"), m.calibration.n,
                                     m.calibration.seq_len, ctx.seed)     # (n, seq_len): what the seed varies
-        per_layer = build_pruner(cfg)(model, calib.to(ctx.device), log=ctx.log)
+        per_layer = build_pruner(cfg)(model, calib.to(ctx.device), log=ctx.log, seed=ctx.seed)
         # wall time is not a metric (the smoke run's golden numbers must not depend on the machine)
         seconds = per_layer.pop("seconds_per_block")
+        if "raw_sparsity" in per_layer:      # BESA: what its learned masks reach before any projection
+            metrics["raw_sparsity"] = per_layer.pop("raw_sparsity")
         (ctx.run_dir / "prune_time.json").write_text(json.dumps({"seconds_per_block": seconds}))
         (ctx.run_dir / "layer_sparsity.json").write_text(json.dumps(per_layer, indent=1))
         if kind == "besa":
@@ -77,4 +80,4 @@ def run(cfg, ctx) -> dict[str, float]:
 
 
 __all__ = ["BesaLinear", "METHODS", "besa_loss", "block_sparsity", "build_pruner", "decoder_layers", "eval_tokens",
-           "magnitude", "output_error", "overall_sparsity", "prune", "run", "sparsegpt", "train_block", "wanda"]
+           "magnitude", "output_error", "overall_sparsity", "project_counts", "prune", "run", "sparsegpt", "train_block", "wanda"]

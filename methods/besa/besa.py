@@ -54,11 +54,21 @@ class BesaLinear(nn.Module):
     def forward(self, x):
         return F.linear(x, self.linear.weight * self.mask().to(x.dtype), self.linear.bias)
 
-    def finish(self) -> nn.Linear:
-        """Apply the hard mask to the weight and return the plain linear layer."""
+    def finish(self, n_drop: torch.Tensor | None = None) -> nn.Linear:
+        """Apply the hard mask to the weight and return the plain linear layer. `n_drop` (one count
+        per row, from `project.project_counts`) replaces the learned ⌊s·cols⌋ when given."""
         with torch.no_grad():
-            self.linear.weight.mul_(self.mask().detach().round().to(self.linear.weight.dtype))
+            if n_drop is None:
+                keep = self.mask().detach().round()
+            else:
+                ranks = torch.arange(self.cols, device=self.theta.device).unsqueeze(0)
+                keep = (ranks >= n_drop.to(ranks.device).unsqueeze(1)).float().gather(1, self.rank_of_col)
+            self.linear.weight.mul_(keep.to(self.linear.weight.dtype))
         return self.linear
+
+    def hard_sparsity(self) -> torch.Tensor:
+        """Per row, the fraction ⌊s·cols⌋/cols the learned hard mask drops."""
+        return torch.floor(self.row_sparsity().detach() * self.cols + 1e-6) / self.cols
 
 
 def block_sparsity(layers: list[BesaLinear]) -> torch.Tensor:

@@ -13,10 +13,11 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from methods.besa.baselines import ONE_SHOT
+from methods.besa.baselines import ONE_SHOT, wanda_score
 from methods.besa.besa import BesaLinear, besa_loss
+from methods.besa.project import project_counts, prune_rows_counts, random_row_sparsity
 
-METHODS = ("magnitude", "wanda", "sparsegpt", "besa")
+METHODS = ("magnitude", "wanda", "sparsegpt", "besa", "random")
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -103,10 +104,14 @@ def _dense_pass(layer, inps, kwargs, need_hessian: bool):
 
 
 def train_block(layer, inps, refs, kwargs, stats, sparsity: float, *, candidates: int, lam: float, epochs: int,
-                optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer]) -> list[float]:
+                optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer], project: bool = False,
+                record: dict | None = None) -> list[float]:
     """BESA on one block: wrap its linears in `BesaLinear`, train only the logits θ for `epochs`
-    passes over the calibration batches (`inps`, dense targets `refs`), then apply the hard masks.
-    Returns the loss of every step."""
+    passes over the calibration batches (`inps`, dense targets `refs`), then apply the hard masks;
+    with `project`, the learned row sparsities are first projected onto the block's budget
+    (`project.project_counts`: the block drops exactly round(sparsity·N) weights). Returns the loss
+    of every step; `record` receives the zeros the learned masks alone would drop ("raw_zeros")
+    and the block's weight count ("weights")."""
     wrapped = {n: BesaLinear(m, stats[n]["sq"].sqrt(), candidates) for n, m in _linears(layer).items()}
     for n, w in wrapped.items():
         _set(layer, n, w)
@@ -125,8 +130,14 @@ def train_block(layer, inps, refs, kwargs, stats, sparsity: float, *, candidates
                 loss.backward()
                 opt.step()
                 losses.append(float(loss.detach()))
-    for n, w in wrapped.items():
-        _set(layer, n, w.finish())
+    layers = list(wrapped.values())
+    if record is not None:
+        record["raw_zeros"] = sum(float(l.hard_sparsity().sum()) * l.cols for l in layers)
+        record["weights"] = sum(l.linear.weight.numel() for l in layers)
+    counts = project_counts([l.row_sparsity() for l in layers], [l.cols for l in layers], sparsity) \
+        if project else [None] * len(layers)
+    for (n, w), c in zip(wrapped.items(), counts):
+        _set(layer, n, w.finish(c))
     for p, flag in trainable.items():
         p.requires_grad_(flag)
     return losses
@@ -134,15 +145,21 @@ def train_block(layer, inps, refs, kwargs, stats, sparsity: float, *, candidates
 
 def prune(model: nn.Module, calibration_ids: torch.Tensor, sparsity: float = 0.5, method: str = "besa", *,
           batch_size: int = 1, candidates: int = 100, lam: float = 5.0, epochs: int = 1,
-          optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
-          progress: bool = True, log: Callable[[dict, int], None] | None = None) -> dict[str, float]:
+          optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None, project: bool = False,
+          spread: float = 0.1, seed: int = 0, progress: bool = True,
+          log: Callable[[dict, int], None] | None = None) -> dict[str, float]:
     """Prune `model` in place to `sparsity` (unstructured) with `method`, block by block.
 
     `calibration_ids` (n, seq_len) are propagated `batch_size` sequences at a time. BESA's knobs
     (ignored by the one-shot methods) have the paper's values: D = `candidates` = 100 candidate
     sparsities d/D, λ = `lam` = 5, one epoch at batch 1; `optimizer(params)` builds the optimizer
-    of the logits θ (default Adam, lr 0.05). `log(metrics, step)` receives each block's mean loss.
-    Returns each linear layer's sparsity ("<block>.<name>") plus "seconds_per_block".
+    of the logits θ (default Adam, lr 0.05). `project` (BESA only) holds each block's budget
+    exactly by a final projection of the learned row sparsities onto the target (`project.py`; not in
+    the paper, whose penalty alone only pulls towards it). `random` is the control allocation: Wanda's
+    ranking with row sparsities drawn from `sparsity ± spread` (generator seeded with `seed`) and
+    projected onto each block's budget. `log(metrics, step)` receives each block's mean loss.
+    Returns each linear layer's sparsity ("<block>.<name>"), "seconds_per_block" and, for BESA,
+    "raw_sparsity": the sparsity its learned masks alone reach (before any projection).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got '{method}'")
@@ -159,13 +176,25 @@ def prune(model: nn.Module, calibration_ids: torch.Tensor, sparsity: float = 0.5
     layers = decoder_layers(model)
     inps, kwargs = block_inputs(model, calibration_ids, batch_size)
     sparsities, t0 = {}, time.perf_counter()
+    raw_zeros = weights = 0.0
+    generator = torch.Generator().manual_seed(int(seed))
     for li, layer in enumerate(tqdm(layers, desc=f"prune {method}", disable=not progress)):
         refs, stats = _dense_pass(layer, inps, kwargs, need_hessian=method == "sparsegpt")
         if method == "besa":
+            record: dict = {}
             losses = train_block(layer, inps, refs, kwargs, stats, sparsity, candidates=candidates, lam=lam,
-                                 epochs=epochs, optimizer=optimizer)
+                                 epochs=epochs, optimizer=optimizer, project=project, record=record)
+            raw_zeros, weights = raw_zeros + record["raw_zeros"], weights + record["weights"]
             if log is not None:
                 log({"loss": sum(losses) / len(losses)}, li)
+        elif method == "random":
+            with torch.no_grad():
+                lin = _linears(layer)
+                rows = [random_row_sparsity(m.weight.shape[0], sparsity, spread, generator) for m in lin.values()]
+                counts = project_counts(rows, [m.weight.shape[1] for m in lin.values()], sparsity)
+                for (n, m), c in zip(lin.items(), counts):
+                    score = wanda_score(m.weight.float(), stats[n]["sq"].sqrt().float())
+                    m.weight.copy_(prune_rows_counts(m.weight, score, c))
         else:
             with torch.no_grad():
                 for n, m in _linears(layer).items():
@@ -179,6 +208,8 @@ def prune(model: nn.Module, calibration_ids: torch.Tensor, sparsity: float = 0.5
         for n, m in _linears(layer).items():
             sparsities[f"{li}.{n}"] = float((m.weight == 0).float().mean())
     sparsities["seconds_per_block"] = (time.perf_counter() - t0) / len(layers)
+    if method == "besa":
+        sparsities["raw_sparsity"] = raw_zeros / weights
     return sparsities
 
 
