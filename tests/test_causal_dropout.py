@@ -11,7 +11,7 @@ from scipy.stats import norm
 
 from methods.causal_dropout import (RandomDeletionFisherZ, ZeroDeletionFisherZ, apply_dropout, blocking_separations,
                                     ci_error_rates, cpdag_shd, d_connections, d_separated, fisher_z, impute,
-                                    linear_sem, pc_cpdag, random_dag, run, skeleton_scores)
+                                    fixed_graph, linear_sem, pc_cpdag, random_dag, run, skeleton_scores)
 
 CHAIN = np.array([[0, 1, 0], [0, 0, 1], [0, 0, 0]])    # 0 -> 1 -> 2
 
@@ -163,6 +163,19 @@ def test_deletion_rows_by_a_loop():
     assert not np.array_equal(random_del.rows(1, 3, (0, 5)), RandomDeletionFisherZ(x, 8).rows(1, 3, (0, 5)))
 
 
+def test_listwise_matched_random_deletion_keeps_as_many_cells_as_listwise_by_a_loop():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 6))
+    x[rng.random(x.shape) < 0.4] = 0
+    matched = RandomDeletionFisherZ(x, 7, match="all")
+    for i, j, cond in [(0, 1, ()), (4, 2, (5,)), (1, 3, (0, 5)), (5, 0, (4, 1, 2))]:
+        involved = sum(all(x[c, s] != 0 for s in (i, j, *cond)) for c in range(300))
+        drawn = matched.rows(i, j, cond)
+        assert len(drawn) == involved == len(set(drawn.tolist())) and involved < 300
+        assert np.array_equal(drawn, matched.rows(j, i, tuple(reversed(cond))))
+        assert matched.test(i, j, cond) == pytest.approx(fisher_z(x, i, j, cond, rows=drawn), rel=1e-12)
+
+
 def test_fork_under_car_dropout_is_dependent_given_x0_and_independent_on_cells_with_x0_nonzero():
     # Z1 <- Z0 -> Z2, 50% dropout at random on every gene: a zero of X0 does not block the fork
     adjacency = np.array([[0, 1, 1], [0, 0, 0], [0, 0, 0]])
@@ -246,7 +259,7 @@ def test_skeleton_scores_and_shd_by_hand():
     estimate[1, 2] = estimate[2, 1] = -1             # 1 - 2
     estimate[0, 2] = estimate[2, 0] = -1             # 0 - 2 (spurious)
     scores = skeleton_scores(CHAIN, estimate)
-    assert scores == pytest.approx({"precision": 2 / 3, "recall": 1.0, "f1": 0.8, "fp": 1.0, "fn": 0.0})
+    assert scores == pytest.approx({"precision": 2 / 3, "recall": 1.0, "f1": 0.8, "tp": 2.0, "fp": 1.0, "fn": 0.0})
     assert cpdag_shd(CHAIN, estimate) == 2           # 0 -> 1 vs 0 - 1, and the extra 0 - 2
     empty = np.zeros((3, 3), dtype=int)
     assert skeleton_scores(CHAIN, empty)["f1"] == 0.0 and cpdag_shd(CHAIN, empty) == 2
@@ -254,6 +267,34 @@ def test_skeleton_scores_and_shd_by_hand():
     v = np.zeros((3, 3), dtype=int)
     v[2, 0], v[0, 2], v[2, 1], v[1, 2] = 1, -1, 1, -1
     assert cpdag_shd(collider, v) == 0 and skeleton_scores(collider, v)["f1"] == 1.0
+
+
+def test_fixed_graphs_score_by_hand():
+    # truth 0 -> 1 -> 2 (CPDAG 0 - 1 - 2): the empty graph misses both adjacencies; the complete one
+    # (0 - 1, 0 - 2, 1 - 2, all undirected) finds both, adds 0 - 2, and matches the CPDAG's marks
+    empty, complete = fixed_graph("empty", 3), fixed_graph("complete", 3)
+    assert skeleton_scores(CHAIN, empty) == pytest.approx(
+        {"precision": 0.0, "recall": 0.0, "f1": 0.0, "tp": 0.0, "fp": 0.0, "fn": 2.0})
+    assert cpdag_shd(CHAIN, empty) == 2
+    assert complete.tolist() == [[0, -1, -1], [-1, 0, -1], [-1, -1, 0]]
+    assert skeleton_scores(CHAIN, complete) == pytest.approx(
+        {"precision": 2 / 3, "recall": 1.0, "f1": 0.8, "tp": 2.0, "fp": 1.0, "fn": 0.0})
+    assert cpdag_shd(CHAIN, complete) == 1
+
+
+def test_run_scores_the_fixed_graphs_without_a_test(compose_cfg):
+    cfg = compose_cfg(["experiment=causal_dropout_smoke", "method.procedures=[zerodel,empty,complete]",
+                       "method.n_samples=[500]", "method.num_nodes=8"])
+    out = run(cfg, SimpleNamespace(seed=0))
+    edges, pairs = out["true_edges"], 8 * 7 / 2
+    assert (out["empty/tp"], out["empty/fp"], out["empty/fn"], out["empty/tests"]) == (0.0, 0.0, edges, 0.0)
+    assert (out["complete/tp"], out["complete/fp"], out["complete/fn"]) == (edges, pairs - edges, 0.0)
+    assert out["zerodel/tp"] + out["zerodel/fn"] == edges and out["zerodel/tests"] > 0
+    ci = run(compose_cfg(["experiment=causal_dropout_smoke", "method.evaluate=ci", "method.n_samples=[500,1000]",
+                          "method.separations.per_size=3", "method.num_nodes=8",
+                          "method.procedures=[empty,complete]"]), SimpleNamespace(seed=0))
+    assert (ci["empty/type1"], ci["empty/power"], ci["complete/type1"], ci["complete/power"]) == (0, 0, 1, 1)
+    assert ci["empty/type1_growth"] == ci["complete/type1_growth"] == 0
 
 
 def test_ci_error_rates_count_rejections():
@@ -283,6 +324,8 @@ def test_run_reports_every_procedure_as_a_row(compose_cfg, tmp_path):
     (lambda: ZeroDeletionFisherZ(np.ones((5, 2)), delete="some"), "unknown delete mode"),
     (lambda: ZeroDeletionFisherZ(np.array([[1.0, np.nan]])), "NaN"),
     (lambda: RandomDeletionFisherZ(np.array([[1.0, np.nan]])), "NaN"),
+    (lambda: RandomDeletionFisherZ(np.ones((5, 2)), match="some"), "unknown match mode"),
+    (lambda: fixed_graph("sparse", 3), "unknown fixed graph"),
     (lambda: fisher_z(np.array([[1.0, np.nan]] * 9), 0, 1), "NaN"),
     (lambda: linear_sem(np.ones((3, 3), dtype=int), 10), "not a DAG"),
     (lambda: linear_sem(np.zeros((3, 2), dtype=int), 10), "square"),

@@ -11,7 +11,11 @@ from methods.causal_dropout.graphs import (blocking_separations, ci_error_rates,
                                            d_separated, dag_graph, general_graph, pc_cpdag, skeleton_scores)
 from methods.causal_dropout.simulate import apply_dropout, impute, linear_sem, random_dag, topological_order
 
-PROCEDURES = ("oracle", "zerodel", "listwise", "zeros", "mean_imputed", "knn_imputed", "random_del")
+PROCEDURES = ("oracle", "zerodel", "listwise", "zeros", "mean_imputed", "knn_imputed", "random_del",
+              "random_del_listwise", "empty", "complete")
+# Rows that run no test: PC's output of a test that never rejects (`empty`: no adjacency) or always
+# rejects (`complete`: every pair adjacent, unoriented); at the CI level their rejection rate is 0 / 1.
+FIXED = {"empty": 0.0, "complete": 1.0}
 EVALUATIONS = ("ci", "pc")
 
 
@@ -32,7 +36,21 @@ def make_test(procedure: str, z: np.ndarray, x: np.ndarray, seed: int, knn: dict
         return ZeroDeletionFisherZ(impute(x, "knn", seed=seed, **knn), delete="none")
     if procedure == "random_del":
         return RandomDeletionFisherZ(x, seed=seed)
+    if procedure == "random_del_listwise":
+        return RandomDeletionFisherZ(x, seed=seed, match="all")
+    if procedure in FIXED:
+        raise ValueError(f"{procedure!r} runs no test: see fixed_graph")
     raise ValueError(f"unknown procedure {procedure!r}; choose from {', '.join(PROCEDURES)}")
+
+
+def fixed_graph(procedure: str, num_nodes: int) -> np.ndarray:
+    """The causal-learn graph matrix of a row that runs no test: no edge (`empty`) or every pair joined
+    by an undirected edge (`complete`: what PC returns when every test rejects, as no sepset is found)."""
+    if procedure not in FIXED:
+        raise ValueError(f"unknown fixed graph {procedure!r}; choose from {', '.join(FIXED)}")
+    if procedure == "empty":
+        return np.zeros((num_nodes, num_nodes), dtype=int)
+    return -(1 - np.eye(num_nodes, dtype=int))
 
 
 def simulate(cfg, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -56,6 +74,9 @@ def evaluate_ci(cfg, adjacency, z, x, seed: int) -> dict[str, float]:
     ns = sorted(int(n) for n in m.n_samples)
     for procedure in m.procedures:
         for n in ns:
+            if procedure in FIXED:      # never / always rejects
+                out |= {f"{procedure}/type1_n{n}": FIXED[procedure], f"{procedure}/power_n{n}": FIXED[procedure]}
+                continue
             test = make_test(procedure, z[:n], x[:n], seed, m.knn)
             type1, power = ci_error_rates(test, separations, connections, m.alpha)
             out |= {f"{procedure}/type1_n{n}": type1, f"{procedure}/power_n{n}": power}
@@ -66,17 +87,22 @@ def evaluate_ci(cfg, adjacency, z, x, seed: int) -> dict[str, float]:
 
 
 def evaluate_pc(cfg, adjacency, z, x, seed: int) -> dict[str, float]:
-    """`<procedure>/{skel_f1, precision, recall, fp, fn, shd}` of PC with each procedure's test."""
+    """`<procedure>/{skel_f1, precision, recall, tp, fp, fn, shd}` of PC with each procedure's test
+    (`empty`, `complete`: the fixed graph, no test)."""
     m = cfg.method
     out: dict[str, float] = {"true_edges": float(np.asarray(adjacency).sum())}
     for procedure in m.procedures:
-        test = make_test(procedure, z, x, seed, m.knn)
-        graph = pc_cpdag(test.data, test, m.alpha, m.max_depth)
+        if procedure in FIXED:
+            graph, tests = fixed_graph(procedure, len(adjacency)), 0
+        else:
+            test = make_test(procedure, z, x, seed, m.knn)
+            graph = pc_cpdag(test.data, test, m.alpha, m.max_depth)
+            tests = len(test.pvalue_cache) - 3      # less data_hash, method_name, parameters_hash
         skeleton = skeleton_scores(adjacency, graph)
         out |= {f"{procedure}/skel_f1": skeleton["f1"], f"{procedure}/precision": skeleton["precision"],
-                f"{procedure}/recall": skeleton["recall"], f"{procedure}/fp": skeleton["fp"],
-                f"{procedure}/fn": skeleton["fn"], f"{procedure}/shd": float(cpdag_shd(adjacency, graph)),
-                f"{procedure}/tests": float(len(test.pvalue_cache) - 3)}   # less data_hash, method_name, parameters_hash
+                f"{procedure}/recall": skeleton["recall"], f"{procedure}/tp": skeleton["tp"],
+                f"{procedure}/fp": skeleton["fp"], f"{procedure}/fn": skeleton["fn"],
+                f"{procedure}/shd": float(cpdag_shd(adjacency, graph)), f"{procedure}/tests": float(tests)}
     return out
 
 
@@ -99,7 +125,7 @@ def run(cfg, ctx) -> dict[str, float]:
     return metrics | evaluate_pc(cfg, adjacency, z, x, ctx.seed)
 
 
-__all__ = ["PROCEDURES", "RandomDeletionFisherZ", "ZeroDeletionFisherZ", "apply_dropout", "blocking_separations",
-           "ci_error_rates", "cpdag_shd", "d_connections", "d_separated", "dag_graph", "fisher_z", "general_graph",
+__all__ = ["FIXED", "PROCEDURES", "RandomDeletionFisherZ", "ZeroDeletionFisherZ", "apply_dropout", "blocking_separations",
+           "ci_error_rates", "cpdag_shd", "d_connections", "d_separated", "dag_graph", "fisher_z", "fixed_graph", "general_graph",
            "impute", "linear_sem", "make_test", "pc_cpdag", "random_dag", "run", "simulate", "skeleton_scores",
            "topological_order"]

@@ -107,20 +107,28 @@ class ZeroDeletionFisherZ(CIT_Base):
         return self.test(X, Y, condition_set)[0]
 
 
-class RandomDeletionFisherZ(CIT_Base):
-    """The `random_del` control: per test, as many cells as zero deletion keeps (no zero in S), drawn
-    uniformly from all cells (generator seeded by (seed, i, j, S)): the same sample size, no mechanism."""
+MATCH_MODES = ("conditioning", "all")
 
-    def __init__(self, data, seed: int = 0, **kwargs):
+
+class RandomDeletionFisherZ(CIT_Base):
+    """The `random_del` controls: per test, as many cells as zero deletion keeps (`match="conditioning"`: no
+    zero in S) or as listwise deletion keeps (`match="all"`: no zero in i, j or S; the power-matched
+    control, see README), drawn uniformly from all cells (generator seeded by (seed, i, j, S)): a sample
+    size of a deletion, without its mechanism."""
+
+    def __init__(self, data, seed: int = 0, match: str = "conditioning", **kwargs):
+        if match not in MATCH_MODES:
+            raise ValueError(f"unknown match mode {match!r}; choose from {', '.join(MATCH_MODES)}")
         data = _check_data(data)
         super().__init__(data, **kwargs)
-        self.check_cache_method_consistent("random_deletion_fisherz", f"seed={seed}")
-        self.seed = int(seed)
+        self.check_cache_method_consistent("random_deletion_fisherz", f"seed={seed},match={match}")
+        self.seed, self.match = int(seed), match
         self.nonzero = data != 0
 
     def rows(self, X, Y, condition_set=()) -> np.ndarray:
         [x], [y], cond, _ = self.get_formatted_XYZ_and_cachekey(X, Y, condition_set)
-        count = int(self.nonzero[:, cond].all(axis=1).sum()) if cond else self.sample_size
+        involved = cond if self.match == "conditioning" else [x, y, *cond]
+        count = int(self.nonzero[:, involved].all(axis=1).sum()) if involved else self.sample_size
         rng = np.random.default_rng([self.seed, x, y, *cond])
         return np.sort(rng.choice(self.sample_size, size=count, replace=False))
 

@@ -79,14 +79,14 @@ def _skeleton(adjacency) -> set[tuple[int, int]]:
 
 def skeleton_scores(adjacency, graph) -> dict[str, float]:
     """Skeleton (adjacencies, orientation ignored) of the estimate against the DAG's: precision, recall,
-    f1 (0 when either is 0), fp (spurious adjacencies), fn (missed ones)."""
+    f1 (0 when either is 0), tp (adjacencies found), fp (spurious ones), fn (missed ones)."""
     topological_order(adjacency)
     truth, found = _skeleton(adjacency), _skeleton(graph)
     hits = len(truth & found)
     precision = hits / len(found) if found else 0.0
     recall = hits / len(truth) if truth else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
-    return {"f1": f1, "precision": precision, "recall": recall, "fp": float(len(found - truth)),
+    return {"f1": f1, "precision": precision, "recall": recall, "tp": float(hits), "fp": float(len(found - truth)),
             "fn": float(len(truth - found))}
 
 
