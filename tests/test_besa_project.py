@@ -9,6 +9,7 @@ from torch import nn
 
 from methods.besa import overall_sparsity, prune
 from methods.besa.project import project_counts, prune_rows_counts, random_row_sparsity
+from tests.test_besa import tiny_llama  # noqa: F401  (the shared module-scoped fixture)
 
 
 def _projection_by_breakpoints(s, c, budget):
@@ -67,13 +68,6 @@ def test_prune_rows_counts_drops_the_lowest_scores_per_row():
     assert out.tolist() == [[1, 2, 3, 4, 0, 0], [0, 0, 0, 0, 11, 12]]
 
 
-@pytest.fixture(scope="module")
-def tiny_llama():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(cfg)
 
 
 def _block_zeros(model):

@@ -17,6 +17,7 @@ from torch import nn
 from methods.intra_fusion import VGG, ResNet18, fold_batchnorm, keep_indices, ordered_groups, output_layer, prune
 from methods.intra_fusion.prune import fuse_group
 from methods.intra_fusion.stages import mini_cells, subrow_name
+from tests.test_intra_fusion import Residual
 
 
 def roots_and_groups(model, example):
@@ -147,22 +148,6 @@ def test_prune_official_equals_the_official_fusion_written_out(masses, sparsity)
         torch.testing.assert_close(mean.conv1.bias, ratio * want_b, rtol=1e-5, atol=1e-6)
     else:
         assert not torch.allclose(mean.conv1.weight, want_w)
-
-
-class Residual(nn.Module):
-    """conv_a and conv_c feed a residual sum (one group of 6, read by conv_b and the head)."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv_a, self.bn_a = nn.Conv2d(1, 6, 3, padding=1), nn.BatchNorm2d(6)
-        self.conv_b, self.bn_b = nn.Conv2d(6, 5, 3, padding=1), nn.BatchNorm2d(5)
-        self.conv_c, self.bn_c = nn.Conv2d(5, 6, 3, padding=1), nn.BatchNorm2d(6)
-        self.head = nn.Linear(6, 3)
-
-    def forward(self, x):
-        h = torch.relu(self.bn_a(self.conv_a(x)))
-        h = torch.relu(h + self.bn_c(self.conv_c(torch.relu(self.bn_b(self.conv_b(h))))))
-        return self.head(h.mean((2, 3)))
 
 
 def test_residual_group_official_fusion_written_out():
