@@ -239,6 +239,9 @@ def test_clustered_pool_splits_train_into_disjoint_tuning_and_report_parts():
         clustered_pool(1000, "test", 120)
     with pytest.raises(ValueError, match="val_size"):
         clustered_pool(1000, "val", 1000)
+    assert torch.equal(clustered_pool(1000, "train", 0), torch.arange(1000))     # the paper tier: all of train
+    with pytest.raises(ValueError, match="val_size"):
+        clustered_pool(1000, "val", 0)
 
 
 def test_cache_key_changes_with_any_setting():

@@ -62,11 +62,16 @@ def supervised_reference(cfg, ctx, images: torch.Tensor, labels: torch.Tensor, k
 
 def clustered_pool(num_images: int, split: str, val_size: int) -> torch.LongTensor:
     """Indices of the train images the long-tailed set is drawn from: a fixed permutation (seed 0)
-    of the train split, its first `val_size` images for split 'val' (tuning), the rest for 'train'."""
+    of the train split, its first `val_size` images for split 'val' (tuning), the rest for 'train'.
+    val_size 0: no tuning pool, 'train' is the whole split (the paper tier: CIFAR-100-LT needs all
+    500 images of its head class)."""
     if split not in ("train", "val"):
         raise ValueError(f"method.cluster_split must be 'train' or 'val', got '{split}'")
+    if val_size == 0 and split == "train":
+        return torch.arange(num_images)
     if not 0 < val_size < num_images:
-        raise ValueError(f"method.val_size must be in (0, {num_images}), got {val_size}")
+        raise ValueError(f"method.val_size must be in (0, {num_images}) (0: no tuning pool, split 'train' "
+                         f"only), got {val_size} with split '{split}'")
     perm = torch.randperm(num_images, generator=torch.Generator().manual_seed(0))
     return (perm[:val_size] if split == "val" else perm[val_size:]).sort().values
 
