@@ -14,6 +14,7 @@ from torch import nn
 from methods.p2ot import (ClusterHead, CosineHead, LogitsMemory, cluster_metrics, evaluate_clusters,
                           kmeans_clusters, long_tailed_counts, long_tailed_indices, predict_clusters,
                           pseudo_labels, rho_schedule, swapped_label_loss, train_head, view_features)
+from tests.conftest import needs_fashion
 
 
 # ---------------------------------------------------------------- schedule, data, metrics
@@ -211,3 +212,65 @@ def test_the_head_optimiser_comes_from_the_config_and_its_lr_is_the_cosine_base(
     train_head(feats, ClusterHead(8, 3, hidden_dim=16, out_dim=8), epochs=2, batch_size=50,
                optimizer=partial(Recording, lr=0.3), memory_batches=2, seed=0, tol=1e-4)
     assert seen == {"lr": 0.3, "first_step_lr": pytest.approx(0.3)}   # epoch 0 of the cosine: the base lr
+
+
+# ---------------------------------------------------------------- protocol: memory cap, tuning pool, cached encoder
+
+def test_memory_holds_at_most_the_images_one_epoch_visits():
+    """10 batches of 50 would be 500 rows for 200 images (duplicates); capped at 4 batches = 200."""
+    feats, _, _ = blobs(n_per=(120, 60, 20))
+    torch.manual_seed(0)
+    _, hist = train_head(feats, ClusterHead(8, 3, hidden_dim=16, out_dim=8), epochs=2, batch_size=50,
+                         memory_batches=10, seed=0, tol=1e-4)
+    assert hist["memory_rows"] == 4 * 50 <= feats.shape[1]
+    _, hist = train_head(feats, ClusterHead(8, 3, hidden_dim=16, out_dim=8), epochs=2, batch_size=50,
+                         memory_batches=2, seed=0, tol=1e-4)
+    assert hist["memory_rows"] == 100
+
+
+def test_clustered_pool_splits_train_into_disjoint_tuning_and_report_parts():
+    from methods.p2ot import clustered_pool
+
+    val, train = clustered_pool(1000, "val", 120), clustered_pool(1000, "train", 120)
+    assert len(val) == 120 and len(train) == 880
+    assert torch.equal(torch.cat([val, train]).sort().values, torch.arange(1000))
+    assert torch.equal(val, clustered_pool(1000, "val", 120))               # fixed, not the run seed
+    with pytest.raises(ValueError, match="cluster_split"):
+        clustered_pool(1000, "test", 120)
+    with pytest.raises(ValueError, match="val_size"):
+        clustered_pool(1000, "val", 1000)
+    assert torch.equal(clustered_pool(1000, "train", 0), torch.arange(1000))     # the paper tier: all of train
+    with pytest.raises(ValueError, match="val_size"):
+        clustered_pool(1000, "val", 0)
+
+
+def test_cache_key_changes_with_any_setting():
+    from omegaconf import OmegaConf
+
+    from methods.p2ot.encoder import cache_key
+
+    a = OmegaConf.create({"max_steps": 10, "optimizer": {"lr": 1e-3}})
+    assert cache_key(a, "fashion_mnist", 0) == cache_key(OmegaConf.create({"optimizer": {"lr": 1e-3}, "max_steps": 10}),
+                                                          "fashion_mnist", 0)
+    assert cache_key(a, "fashion_mnist", 0) != cache_key(a, "fashion_mnist", 1)
+    assert cache_key(a, "fashion_mnist", 0) != cache_key(OmegaConf.create({"max_steps": 11, "optimizer": {"lr": 1e-3}}),
+                                                          "fashion_mnist", 0)
+
+
+@needs_fashion
+def test_encoder_is_pretrained_once_and_later_runs_load_it(compose_cfg, tmp_path):
+    """Two seeds sharing a cache dir: the second loads the first's encoder (same kNN accuracy, the
+    same weights), trains nothing, and still clusters its own long-tailed draw."""
+    from common.runner import run_method
+
+    base = ["experiment=p2ot_smoke", f"method.encoder_cache.dir={tmp_path / 'cache'}",
+            "method.rules={p2ot: {rho_start: 0.1, rho_end: 1.0, kl_weight: 1.0}}"]
+    first = run_method(compose_cfg([*base, f"run_dir={tmp_path / 'a'}", "seed=0"]))
+    cached = sorted((tmp_path / "cache").glob("encoder-*.pt"))
+    assert len(cached) == 1 and (tmp_path / "a" / "encoder").exists()
+    second = run_method(compose_cfg([*base, f"run_dir={tmp_path / 'b'}", "seed=1"]))
+    assert not (tmp_path / "b" / "encoder").exists()                       # no training stage ran
+    assert second["encoder/knn_acc"] == first["encoder/knn_acc"]
+    assert sorted((tmp_path / "cache").glob("encoder-*.pt")) == cached
+    again = run_method(compose_cfg([*base, f"run_dir={tmp_path / 'c'}", "seed=0"]))
+    assert again == first                                                  # loaded weights = trained weights

@@ -66,8 +66,9 @@ def train_head(view_feats: torch.Tensor, head: ClusterHead, *, epochs: int = 50,
     SeLa ρ₀ = ρ₁ = 1, λ = ∞; UOT ρ₀ = ρ₁ = 1, λ = 1; POT progressive ρ, λ = ∞; P²OT progressive ρ, λ = 1.
     warm_start: each solve starts from the previous solve's column scaling (as the official
     code does); the stopping rule (row marginals within tol) is the same either way.
+    The memory holds min(memory_batches, N // batch_size) batches (never more rows than images).
     Returns the head after the last epoch and a history (per step: loss, rho, label mass,
-    mean solver iterations).
+    mean solver iterations; memory_rows, stalled solves and the worst row error).
     """
     num_views, n, dim = view_feats.shape
     if num_views < 2:
@@ -82,8 +83,11 @@ def train_head(view_feats: torch.Tensor, head: ClusterHead, *, epochs: int = 50,
     # the base of the per-epoch cosine schedule
     opt = (optimizer or partial(torch.optim.Adam, lr=5e-4, weight_decay=0.0))(head.parameters())
     lr = opt.defaults["lr"]
-    memory = LogitsMemory(num_clusters, memory_batches * batch_size) if memory_batches > 0 else None
-    history = {"loss": [], "rho": [], "label_mass": [], "iterations": []}
+    # the memory holds at most the images one epoch visits (whole batches, <= N rows): a larger one
+    # would hold some images twice (the official code asserts memory <= data set size)
+    memory_rows = min(memory_batches, steps_per_epoch) * batch_size
+    memory = LogitsMemory(num_clusters, memory_rows) if memory_batches > 0 else None
+    history = {"loss": [], "rho": [], "label_mass": [], "iterations": [], "memory_rows": memory_rows if memory else 0}
     solve = dict(epsilon=epsilon, kl_weight=kl_weight, max_iter=max_iter, tol=tol, warn=False)
     stalled, worst, scaling = 0, 0.0, None
     for epoch in range(epochs):
@@ -112,6 +116,7 @@ def train_head(view_feats: torch.Tensor, head: ClusterHead, *, epochs: int = 50,
             history["rho"].append(rho)
             history["label_mass"].append(float(labels[0].sum(1).mean()))
             history["iterations"].append(sum(iterations) / len(iterations))
+    history["stalled"], history["worst_row_error"] = stalled, worst
     if stalled:
         warnings.warn(f"{stalled} of {2 * total} P2OT solves stopped at max_iter={max_iter}; worst row "
                       f"error {worst:.3g}", RuntimeWarning, stacklevel=2)
