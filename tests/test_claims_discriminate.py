@@ -14,7 +14,7 @@ from common.reproduce.publish import (NOT_REPRODUCED, NOT_TESTED, PARTLY, REPROD
 from common.reproduce.record import TableResult
 from common.reproduce.render import claim_line
 from common.reproduce.tables import check_tuned_on, extension_seeds, judge_claims
-from common.reproduce.why import LITERAL_DECIMAL, fill
+from common.reproduce.why import LITERAL_DECIMAL, fill, seeds_needed_text
 
 SEEDS = [0, 1, 2, 3]
 METHOD = [0.50, 0.52, 0.49, 0.51]        # error of the method
@@ -107,10 +107,21 @@ def test_placeholders_are_filled_from_the_record():
     text = fill("method {method.err} vs {bayes.err}: margin {margin} {interval} on {seeds}; per seed "
                 "{per_seed}; {seeds_needed}", table, r, SEEDS)
     assert f"method {np.mean(METHOD):.4g} vs {np.mean(BAYES):.4g}" in text
-    assert f"margin {r.margin:.4g} [{r.low:.4g}, {r.high:.4g}] on 0, 1, 2, 3" in text and text.endswith("—")
+    assert f"margin {r.margin:.4g} [{r.low:.4g}, {r.high:.4g}] on 0, 1, 2, 3" in text
+    assert text.endswith(seeds_needed_text(r.seeds_needed))
     for bad in ("{nope}", "{method.acc}"):
         with pytest.raises(UserError):
             fill(bad, table, r, SEEDS)
+
+
+def test_seeds_needed_reads_as_words_when_no_count_exists():
+    """"~{seeds_needed} seeds" must not render "~— seeds": no count drops the tilde."""
+    table = values(method=METHOD, bayes=BAYES)
+    fails, holds = judge("method.err > bayes.err", table), judge("bayes.err > method.err", table)
+    assert fails.seeds_needed is None and fill("(~{seeds_needed} seeds)", table, fails, SEEDS) == \
+        "(no number of seeds)"
+    assert fill("~{seeds_needed}", table, holds, SEEDS) == f"~{holds.seeds_needed}"
+    assert seeds_needed_text(51, "≈") == "more than 50" and seeds_needed_text(7, "≈") == "≈7"
 
 
 def _why_texts():

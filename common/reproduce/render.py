@@ -10,6 +10,7 @@ import numpy as np
 from common.logging import read_jsonl
 from common.reproduce.claims import NOISE, PASS, ClaimResult
 from common.reproduce.record import TableResult, distinct_runs
+from common.reproduce.why import seeds_needed_text
 
 
 def _interval(c: ClaimResult | dict) -> str:
@@ -30,7 +31,7 @@ def _controls(c: ClaimResult) -> str:
 def claim_line(c: ClaimResult, known: bool = False) -> str:
     needed = ""
     if c.status == NOISE and c.seeds_needed:
-        needed = f"; ≈{c.seeds_needed} seeds would resolve it at this margin and spread"
+        needed = f"; {seeds_needed_text(c.seeds_needed, '≈')} seeds would resolve it at this margin and spread"
     tag = "**headline** " if c.headline else ""
     if known:
         note = "now PASSES: move it back to claims" if c.status == PASS else c.status

@@ -8,8 +8,10 @@ judged, so a re-run can never leave a stale number behind:
     {interval}       its t-interval, "[low, high]" at the table's level (95%, 97.5% when extended)
     {seeds}          the seeds judged, "0, 1, 2"
     {per_seed}       the margin per seed, "0.12, -0.03, 0.08"
-    {seeds_needed}   seeds that would resolve it at the measured margin and spread ("—" when the
-                     mean margin does not hold)
+    {seeds_needed}   seeds that would resolve it at the measured margin and spread; "no number of"
+                     when the mean margin does not hold, "more than 50" past the search, and a "~" or
+                     "≈" written just before it is dropped then, so "~{seeds_needed} seeds" reads
+                     "no number of seeds", never "~— seeds"
 A literal decimal (a digit, a point, a digit) in a `why` is refused by a test over every config.
 """
 from __future__ import annotations
@@ -21,7 +23,15 @@ import numpy as np
 from common.config import UserError
 from common.reproduce.claims import ClaimResult
 
-PLACEHOLDER = re.compile(r"\{([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\}")
+PLACEHOLDER = re.compile(r"([~≈]?)\{([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\}")
+MOST_SEEDS = 50     # claims.seeds_needed searches up to this many seeds, then says most + 1
+
+
+def seeds_needed_text(n: int | None, approx: str = "") -> str:
+    """How many seeds would resolve a claim, in words: `approx` ("~", "≈") only before a count."""
+    if n is None:
+        return "no number of"
+    return f"more than {MOST_SEEDS}" if n > MOST_SEEDS else f"{approx}{n}"
 LITERAL_DECIMAL = re.compile(r"\d\.\d")
 CLAIM_FIELDS = ("margin", "interval", "seeds", "per_seed", "seeds_needed")
 
@@ -38,7 +48,12 @@ def fill(template: str | None, table: dict[str, dict[str, list[float]]], result:
         return None
 
     def one(match: re.Match) -> str:
-        name, metric = match.group(1), match.group(2)
+        approx, name, metric = match.group(1), match.group(2), match.group(3)
+        if name == "seeds_needed" and metric is None:
+            return seeds_needed_text(result.seeds_needed, approx)
+        return approx + value(name, metric)
+
+    def value(name: str, metric: str | None) -> str:
         if metric is not None:
             if name not in table or metric not in table[name]:
                 raise UserError(f"why of '{result.claim}': {{{name}.{metric}}} names no reported value; rows: "
@@ -52,8 +67,6 @@ def fill(template: str | None, table: dict[str, dict[str, list[float]]], result:
             return ", ".join(map(str, seeds))
         if name == "per_seed":
             return ", ".join(_num(m) for m in result.per_seed)
-        if name == "seeds_needed":
-            return str(result.seeds_needed) if result.seeds_needed else "—"
         raise UserError(f"why of '{result.claim}': unknown placeholder {{{name}}}; use {{row.metric}} or one "
                         f"of {', '.join('{' + f + '}' for f in CLAIM_FIELDS)}", exit_code=2)
 
