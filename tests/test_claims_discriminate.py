@@ -56,6 +56,16 @@ def test_a_control_the_claim_already_names_is_skipped_and_control_none_opts_out(
     assert r.status == PASS and r.controls == [] and "No control: exactness" in claim_line(r)
 
 
+def test_a_claim_s_own_controls_replace_the_table_s_for_its_rows():
+    """ridge stands in for method on the table, but this claim holds method to zero only."""
+    table = values(method=METHOD, zero=ZERO, ridge=RIDGE, bayes=BAYES)
+    spec = claim_spec({"claim": "method.err < bayes.err", "controls": {"method": ["zero"]}})
+    r = judge_spec(spec, table, {"method": ["zero", "ridge"]})
+    assert r.status == PASS and [c["control"] for c in r.controls] == ["zero"]
+    r = judge_spec(claim_spec("method.err < bayes.err"), table, {"method": ["zero", "ridge"]})
+    assert r.status == NOT_DISCRIMINATING                   # without its own: the table's ridge applies
+
+
 def test_a_control_that_is_not_a_row_is_a_config_error():
     with pytest.raises(UserError, match="ridg") as err:
         check_controls({"method": ["ridg"]}, {"method", "ridge"}, "x_mini")
@@ -66,6 +76,9 @@ def test_a_control_that_is_not_a_row_is_a_config_error():
     ({"claim": "a.x > b.x", "control": "ridge"}, "may only be `none`"),
     ({"claim": "a.x > b.x", "control": "none"}, "reason"),
     ({"claim": "a.x > b.x", "headlin": True}, "unknown"),
+    ({"claim": "a.x > b.x", "controls": {"c": ["z"]}}, "does not compare"),
+    ({"claim": "a.x > b.x", "controls": ["z"]}, "mapping"),
+    ({"claim": "a.x > b.x", "controls": {"a": ["z"]}, "control": "none", "reason": "r"}, "contradict"),
 ])
 def test_bad_claim_entries_exit_2(entry, message):
     with pytest.raises(UserError, match=message) as err:
@@ -221,6 +234,10 @@ def test_every_table_with_claims_satisfies_the_rules(compose_cfg):
         controls = controls_of(cfg)
         if controls and (cfg.table.get("sub_rows") or set(controls) <= set(cfg.table.rows)):
             check_controls(controls, rows, name)
+        for entry in [*cfg.claims, *cfg.known_failures]:
+            own = claim_spec(entry, known=entry in cfg.known_failures).controls
+            if own and (cfg.table.get("sub_rows") or set(own) <= set(cfg.table.rows)):
+                check_controls(own, rows, f"{name}, claim '{entry['claim']}'")
 
 
 def test_headline_claims_are_marked_on_every_headline_table(compose_cfg):

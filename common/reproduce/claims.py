@@ -16,7 +16,9 @@ A claim is evidence only if a method that learned nothing would fail it (DESIGN.
 A table names, per row, the naive rows that stand in for it (`table.controls: {transformer:
 [ridge, zero]}`); each claim naming a controlled row is judged again with that row replaced by each
 control, on the same seeds. A claim that PASSes while some control version PASSes too is
-NOT DISCRIMINATING, which `--check` treats as a failure.
+NOT DISCRIMINATING, which `--check` treats as a failure. A claim may name its own stand-ins
+(`controls: {transformer: [zero]}` in its entry): for the rows it names they replace the table's,
+so one claim can be held to a naive row that would be meaningless for another claim of that row.
 """
 from __future__ import annotations
 
@@ -167,14 +169,15 @@ def judge(claim: str, table: dict[str, dict[str, list[float]]], why: str | None 
 @dataclass(frozen=True)
 class ClaimSpec:
     """One entry of `claims:` or `known_failures:`: a string, or a mapping
-    {claim, headline, control: none, reason, why}."""
+    {claim, headline, control: none, reason, controls: {row: [stand-ins]}, why}."""
     claim: str
     headline: bool = False
     no_control: str | None = None
     why: str | None = None
+    controls: dict[str, list[str]] | None = None   # per-claim stand-ins, replacing the table's per row
 
 
-_SPEC_KEYS = {"claim", "headline", "control", "reason", "why"}
+_SPEC_KEYS = {"claim", "headline", "control", "reason", "controls", "why"}
 
 
 def claim_spec(entry, known: bool = False) -> ClaimSpec:
@@ -198,8 +201,21 @@ def claim_spec(entry, known: bool = False) -> ClaimSpec:
         raise UserError(f"claim '{entry['claim']}' says `control: none`: give the one-line `reason`", exit_code=2)
     if known and not entry.get("why"):
         raise UserError(f"known failure '{entry['claim']}' needs a `why`", exit_code=2)
+    own = entry.get("controls")
+    if own is not None:
+        if control is not None:
+            raise UserError(f"claim '{entry['claim']}': `controls` and `control: none` contradict each other",
+                            exit_code=2)
+        if not hasattr(own, "items") or not own:
+            raise UserError(f"claim '{entry['claim']}': `controls` is a mapping row -> [stand-ins], got {own!r}",
+                            exit_code=2)
+        named = rows_of(str(entry["claim"]))
+        if not set(own) <= named:
+            raise UserError(f"claim '{entry['claim']}': `controls` names rows {sorted(set(own) - named)} that "
+                            f"the claim does not compare", exit_code=2)
+        own = {str(k): [str(c) for c in v] for k, v in own.items()}
     return ClaimSpec(str(entry["claim"]), bool(entry.get("headline", False)),
-                     str(reason) if control is not None else None, entry.get("why"))
+                     str(reason) if control is not None else None, entry.get("why"), own)
 
 
 def claim_texts(cfg) -> list[str]:
@@ -237,6 +253,7 @@ def judge_spec(spec: ClaimSpec, table: dict[str, dict[str, list[float]]], contro
     PASS that a control also PASSes becomes NOT DISCRIMINATING."""
     result = judge(spec.claim, table, level=level)
     result.headline, result.no_control = spec.headline, spec.no_control
+    controls = {**controls, **(spec.controls or {})}
     if spec.no_control is None:
         named = rows_of(spec.claim)
         for row in sorted(named & set(controls)):

@@ -118,10 +118,16 @@ def judge_claims(base, table: TableResult, experiment: str) -> None:
         check_controls(controls, set(values), experiment)
     table.controls = controls
     table.level = level
-    table.claims = [judge_spec(claim_spec(c), values, controls, level) for c in base.claims]
+    specs = [claim_spec(c) for c in base.claims]
+    for spec in specs:
+        if spec.controls:
+            check_controls(spec.controls, set(values), f"{experiment}, claim '{spec.claim}'")
+    table.claims = [judge_spec(spec, values, controls, level) for spec in specs]
     table.known_failures = []
     for k in base.known_failures:
         spec = claim_spec(k, known=True)
+        if spec.controls:
+            check_controls(spec.controls, set(values), f"{experiment}, claim '{spec.claim}'")
         result = judge_spec(spec, values, controls, level)
         result.why = fill(spec.why, values, result, table.seeds)
         table.known_failures.append(result)
@@ -230,6 +236,11 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
     if controls and base.table.get("sub_rows"):
         # a misspelt control fails before any run (without declared sub-rows: after the first seeds)
         check_controls(controls, set(base.table.rows) | set(base.table.get("sub_rows") or []), experiment)
+    for entry in [*(base.claims or []), *(base.known_failures or [])]:   # misspelt entries fail before any run
+        spec = claim_spec(entry, known=entry in (base.known_failures or []))
+        if spec.controls and base.table.get("sub_rows"):
+            check_controls(spec.controls, set(base.table.rows) | set(base.table.sub_rows),
+                           f"{experiment}, claim '{spec.claim}'")
     code = code_hash(base.method.name)[0]
     runtimes: dict[frozenset, str] = {}
     runs = _run_rows(experiment, base, extra, seeds, fresh, log, code, runtimes)
