@@ -258,3 +258,17 @@ def test_build_from_the_config(compose_cfg, mode):
 
     model = build(compose_cfg(["method=ncl", f"method.mode={mode}"]))
     assert isinstance(model, NCL if mode == "contrastive" else NonNegClassifier)
+
+
+def test_the_official_row_is_the_official_form_stabilised(compose_cfg):
+    """issue #35: the official projector (no BatchNorm) and rep_relu, with gradient clipping and
+    the official warm-up share (10 of 200 epochs, 5% of the steps), controlled by an untrained ReLU encoder."""
+    base = compose_cfg(["experiment=ncl_mini"])
+    official = compose_cfg(["experiment=ncl_mini", *base.table.rows.ncl_official])
+    assert official.method.model.proj_batchnorm is False and official.method.model.nonneg == "rep_relu"
+    assert official.trainer.clip_grad == 1.0
+    assert official.trainer.schedule.warmup_steps == round(0.05 * official.trainer.max_steps)
+    assert official.trainer.optimizer.lr == base.trainer.optimizer.lr       # the table's one recipe
+    assert list(base.table.controls.ncl_official) == ["random_relu"]
+    random = compose_cfg(["experiment=ncl_mini", *base.table.rows.random_relu])
+    assert random.trainer.max_steps == 0 and random.method.model.nonneg == "relu"
