@@ -77,11 +77,11 @@ def test_training_step_learns_a_fixed_batch():
 
 def test_prompt_streams_are_pure_and_distinct():
     mix = MixtureOfRegressions(D, M, SIGMA, seed=0)
-    batch_fn = stages.fresh_prompt_batches(mix, 8, 5, seed=0)
+    batch_fn = stages.fresh_prompt_batches(mix.sample, 8, 5, seed=0)
     a, b = batch_fn(3), batch_fn(3)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert not torch.equal(batch_fn(4)[0], a[0])
-    assert not torch.equal(stages.fresh_prompt_batches(mix, 8, 5, seed=1)(3)[0], a[0])
+    assert not torch.equal(stages.fresh_prompt_batches(mix.sample, 8, 5, seed=1)(3)[0], a[0])
     test_xs = stages.test_prompts(mix, 8, 5, seed=0)[0]
     assert not any(torch.equal(test_xs, batch_fn(s)[0]) for s in range(3))
     seen_xs, _ = stages.seen_prompts(batch_fn, 20)
@@ -122,7 +122,7 @@ def test_trainer_drives_the_model_on_fresh_prompts_and_resumes_exactly(tmp_path)
     cfg = OmegaConf.create(dict(max_steps=6, batch_size=8, grad_accum=1, clip_grad=1.0, log_every=1, eval_every=0,
                                 ckpt_every=0, progress=False, schedule={"name": "cosine", "warmup_steps": 2},
                                 optimizer={"_target_": "torch.optim.AdamW", "lr": 1e-3, "weight_decay": 0.0}))
-    prompts_fn = stages.fresh_prompt_batches(mix, 8, 6, seed=0)
+    prompts_fn = stages.fresh_prompt_batches(mix.sample, 8, 6, seed=0)
 
     def trainer(run_dir, stop_at=None, resume=False):
         torch.manual_seed(1 if resume else 0)   # a resumed process starts from another RNG state

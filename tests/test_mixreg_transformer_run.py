@@ -83,7 +83,7 @@ def test_fixed_set_em_prompts_are_the_distinct_prompts_the_transformer_saw(compo
     cfg = compose_cfg(SMOKE + [f"dataset.train_prompts={n}", f"method.em_prompts={em_prompts}", "seed=3"])
     batch_fn, (em_xs, em_ys) = mxt.training_prompts(cfg, fake_ctx(3), mixture)
     xs, ys = trained_on(batch_fn, int(cfg.trainer.max_steps))
-    fixed = as_set(trained_on(stages.fresh_prompt_batches(mixture, 16, 8, seed=3), 4)[0][:n])
+    fixed = as_set(trained_on(stages.fresh_prompt_batches(mixture.sample, 16, 8, seed=3), 4)[0][:n])
     assert as_set(xs) <= fixed                                   # the transformer sees only the fixed set
     want_xs, want_ys = first_appearances(xs, ys, em_prompts)
     assert torch.equal(em_xs, want_xs) and torch.equal(em_ys, want_ys)
@@ -179,14 +179,14 @@ def test_shift_scores_the_transformer_on_the_scaled_prompts(compose_cfg, monkeyp
 
 def test_ranks_share_one_processs_fresh_prompts():
     mix = MixtureOfRegressions(D, M, SIGMA, seed=0)
-    whole = stages.fresh_prompt_batches(mix, 6, 5, seed=3)(7)
-    shards = [stages.fresh_prompt_batches(mix, 6, 5, seed=3, rank=r, world_size=2)(7) for r in range(2)]
+    whole = stages.fresh_prompt_batches(mix.sample, 6, 5, seed=3)(7)
+    shards = [stages.fresh_prompt_batches(mix.sample, 6, 5, seed=3, rank=r, world_size=2)(7) for r in range(2)]
     assert all(len(s[0]) == 3 for s in shards)
     together = torch.cat([shards[0][0], shards[1][0]])
     # disjoint shares whose union is the single process's batch
     assert sorted(map(tuple, together.flatten(1).tolist())) == sorted(map(tuple, whole[0].flatten(1).tolist()))
     with pytest.raises(ValueError, match="divisible"):
-        stages.fresh_prompt_batches(mix, 5, 5, seed=3, world_size=2)
+        stages.fresh_prompt_batches(mix.sample, 5, 5, seed=3, world_size=2)
 
 
 def test_validation_and_test_prompts_are_different_streams():

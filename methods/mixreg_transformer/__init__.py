@@ -30,9 +30,9 @@ def training_prompts(cfg, ctx, mixture: MixtureOfRegressions):
     EM is fitted on the first `method.em_prompts` distinct prompts the transformer saw over its
     `max_steps` (at least one step), in the order it first saw them, over all ranks' shards."""
     batch, length = int(cfg.trainer.batch_size), int(cfg.dataset.prompt_length)
-    fresh = stages.fresh_prompt_batches(mixture, batch, length, ctx.seed)
+    fresh = stages.fresh_prompt_batches(mixture.sample, batch, length, ctx.seed)
     if cfg.dataset.train_prompts is None:
-        prompts = stages.fresh_prompt_batches(mixture, batch, length, ctx.seed, ctx.hw.rank, ctx.hw.world_size)
+        prompts = stages.fresh_prompt_batches(mixture.sample, batch, length, ctx.seed, ctx.hw.rank, ctx.hw.world_size)
         seen = max(int(cfg.trainer.max_steps), 1) * batch       # never more than the transformer saw
         em_data = stages.seen_prompts(fresh, min(int(cfg.method.em_prompts), seen))
     else:

@@ -3,12 +3,7 @@ from __future__ import annotations
 
 import torch
 
-
-def check_prompts(xs: torch.Tensor, ys: torch.Tensor) -> None:
-    """xs (B, k, d) and ys (B, k) describe the same prompts."""
-    if xs.dim() != 3 or ys.dim() != 2 or xs.shape[:2] != ys.shape:
-        raise ValueError(f"prompts need xs of shape (B, k, d) and ys of shape (B, k), got {tuple(xs.shape)} "
-                         f"and {tuple(ys.shape)}")
+from common.icl.prompts import check_prompts  # noqa: F401  (moved to common/icl, issue #49)
 
 
 def check_noise_std(noise_std: float) -> None:

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from einops import einsum
 
+from common.icl.predictions import ols_predictions  # moved to common/icl (issue #49)
 from methods.mixreg_transformer.mixture import check_components, check_noise_std, check_prompts
 
 
@@ -62,19 +63,6 @@ def argmin_predictions(xs: torch.Tensor, ys: torch.Tensor, components: torch.Ten
     the components): (B, k). Exact ties (position 0) share the weight, so this is the σ → 0
     limit of the posterior mean."""
     return posterior_mean_predictions(xs, ys, components, 0.0)
-
-
-def ols_predictions(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-    """ŷ_i = ⟨ŵ_i, x_i⟩ with ŵ_i the minimum-norm least-squares fit to the prefix (the
-    pseudo-inverse, so under-determined prefixes i < d are fine); 0 at i = 0: (B, k).
-    Solved in float64: near i ≈ d the prefix is ill-conditioned."""
-    check_prompts(xs, ys)
-    x, y = xs.double(), ys.double()
-    out = torch.zeros_like(y)
-    for i in range(1, x.shape[1]):
-        w = torch.linalg.pinv(x[:, :i]) @ y[:, :i, None]          # (B, d, 1)
-        out[:, i] = (x[:, i, None, :] @ w)[:, 0, 0]
-    return out.to(ys.dtype)
 
 
 def ridge_predictions(xs: torch.Tensor, ys: torch.Tensor, noise_std: float, prior_var: float = 1.0) -> torch.Tensor:

@@ -2,12 +2,13 @@
 prompts, every procedure's predictions on them, and the table's metrics and curves."""
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import torch
 
 from common.data.sampler import StepSampler
+# the prompt streams and the model's predictions live in common/icl since issue #49
+from common.icl.predictions import transformer_predictions
+from common.icl.prompts import fixed_prompt_batches, fresh_prompt_batches, seen_prompts, stream_seed  # noqa: F401
 from methods.mixreg_transformer.em import batch_em
 from methods.mixreg_transformer.loss import normalized_sq_error
 from methods.mixreg_transformer.mixture import MixtureOfRegressions
@@ -16,41 +17,9 @@ from methods.mixreg_transformer.procedures import (argmin_predictions, ols_predi
 
 # independent streams of the run seed; EM's initial draw must not reuse the seed that drew the
 # mixture (the same generator state would start EM at the true components)
-TEST_STREAM, TRAIN_STREAM, VAL_STREAM, EM_STREAM, SUBSPACE_STREAM = 0, 1, 2, 3, 4
+TEST_STREAM, TRAIN_STREAM, VAL_STREAM, EM_STREAM, SUBSPACE_STREAM = 0, 1, 2, 3, 4   # TRAIN_STREAM: common.icl's
 EVAL_STREAMS = {"test": TEST_STREAM, "val": VAL_STREAM}
 REFERENCES = {"dist_pm": "posterior_mean", "dist_argmin": "argmin", "dist_ols": "ols"}
-
-
-def stream_seed(seed: int, *keys: int) -> int:
-    """A 64-bit seed for the stream (seed, *keys); distinct keys give independent streams."""
-    return int(np.random.SeedSequence([seed, *keys]).generate_state(1, dtype=np.uint64)[0])
-
-
-def fresh_prompt_batches(mixture: MixtureOfRegressions, batch: int, length: int, seed: int,
-                         rank: int = 0, world_size: int = 1) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    """batch_fn(step) -> (xs (batch / world_size, length, d), ys (batch / world_size, length)):
-    this rank's share of `batch` new prompts at every step, a pure function of (seed, step), so a
-    resumed run sees the same prompts and N ranks together see exactly one process's prompts."""
-    if batch % world_size:
-        raise ValueError(f"batch {batch} is not divisible by the {world_size} ranks")
-
-    def batch_fn(step: int):
-        gen = torch.Generator().manual_seed(stream_seed(seed, TRAIN_STREAM, step))
-        xs, ys, _ = mixture.sample(batch, length, gen)
-        return xs[rank::world_size], ys[rank::world_size]
-    return batch_fn
-
-
-def fixed_prompt_batches(xs: torch.Tensor, ys: torch.Tensor, batch: int, seed: int, rank: int = 0,
-                         world_size: int = 1) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    """batch_fn(step) drawing from a fixed set of prompts (the sample-efficiency runs):
-    a seeded permutation every epoch, sharded over ranks."""
-    sampler = StepSampler(len(xs), batch, seed, rank, world_size)
-
-    def batch_fn(step: int):
-        index = sampler(step)
-        return xs[index], ys[index]
-    return batch_fn
 
 
 def first_seen(sampler: StepSampler, steps: int, limit: int) -> torch.Tensor:
@@ -68,16 +37,6 @@ def first_seen(sampler: StepSampler, steps: int, limit: int) -> torch.Tensor:
         if len(seen) == sampler.n:
             break
     return torch.tensor(order, dtype=torch.long)
-
-
-def seen_prompts(batch_fn: Callable[[int], tuple], num_prompts: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first `num_prompts` training prompts, in the order the model saw them (EM's data)."""
-    xs, ys, step, count = [], [], 0, 0
-    while count < num_prompts:
-        x, y = batch_fn(step)[:2]
-        xs.append(x), ys.append(y)
-        step, count = step + 1, count + len(x)
-    return torch.cat(xs)[:num_prompts], torch.cat(ys)[:num_prompts]
 
 
 def test_prompts(mixture: MixtureOfRegressions, num_prompts: int, length: int, seed: int, split: str = "test"):
@@ -104,15 +63,6 @@ def scaled_prompts(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor,
         raise ValueError(f"a covariate scale must be > 0, got {scale}")
     signal = torch.einsum("bkd,bd->bk", xs, components.to(xs.dtype)[component])
     return xs * scale, ys + (scale - 1) * signal
-
-
-@torch.no_grad()
-def transformer_predictions(model: torch.nn.Module, xs: torch.Tensor, ys: torch.Tensor, chunk: int = 1000) -> torch.Tensor:
-    """The model's predictions (B, k) in eval mode, `chunk` prompts per forward pass."""
-    model.eval()
-    device = next(model.parameters()).device
-    return torch.cat([model(xs[i:i + chunk].to(device), ys[i:i + chunk].to(device)).cpu()
-                      for i in range(0, len(xs), chunk)])
 
 
 def all_predictions(xs: torch.Tensor, ys: torch.Tensor, components: torch.Tensor, noise_std: float,
