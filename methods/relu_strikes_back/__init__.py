@@ -1,0 +1,71 @@
+"""ReLU Strikes Back: activation sparsity in LLMs (Mirzadeh et al., ICLR 2024). See README.md."""
+from __future__ import annotations
+
+import functools
+
+import torch
+from hydra.utils import instantiate
+
+from common import tasks
+from common.data.text import consecutive_windows
+from common.data.text_lm import BPETokenizer, CharTokenizer, documents, split_documents, token_stream
+from methods.relu_strikes_back.metrics import lm_metrics, record_attention_inputs
+from methods.relu_strikes_back.model import TinyLM
+from methods.relu_strikes_back.relufy import relufy, sparse_ffn
+from methods.relu_strikes_back.sparsity import (ShiftedReLU, activation_sparsity, aggregated_sparsity, ffn_flops,
+                                                shuffled_aggregated_sparsity, uniform_aggregated_sparsity)
+
+
+@functools.lru_cache(maxsize=4)
+def corpus(source: str, tokenizer: str, val_fraction: float, split_seed: int, bpe_vocab: int):
+    """(tokenizer, train ids, val ids): documents split once by `split_seed`; the tokenizer is fit
+    on the training documents only."""
+    train, val = split_documents(documents(source), val_fraction, split_seed)
+    if tokenizer == "char":
+        tok = CharTokenizer.from_texts(train)
+    elif tokenizer == "bpe":
+        tok = BPETokenizer.train(train, bpe_vocab)
+    else:
+        raise ValueError(f"unknown tokenizer '{tokenizer}'; choose char or bpe")
+    return tok, token_stream(train, tok), token_stream(val, tok)
+
+
+def _corpus(cfg):
+    d = cfg.method.data
+    return corpus(str(d.source), str(d.tokenizer), float(d.val_fraction), int(d.split_seed), int(d.bpe_vocab))
+
+
+def build(cfg) -> TinyLM:
+    """The tiny LM; its vocabulary is the tokenizer's (fit on the training documents)."""
+    tok = _corpus(cfg)[0]
+    return instantiate(cfg.method.model, vocab_size=tok.vocab_size)
+
+
+def run(cfg, ctx) -> dict[str, float]:
+    """Train the LM (the shared Trainer) on random windows of the training stream; metrics on the
+    first `method.eval_windows` consecutive validation windows, after training and (sub-row `init/`) at
+    step 0; with `method.relufy.stage` > 0 the activations are relufied before training."""
+    _, train_ids, val_ids = _corpus(cfg)
+    t, m = int(cfg.method.model.n_positions), cfg.method
+    windows = consecutive_windows(val_ids, t)[: int(m.eval_windows)]
+    model = build(cfg)
+    if int(m.relufy.stage):
+        relufy(model, stage=int(m.relufy.stage), shift=float(m.relufy.shift))
+    model = model.to(ctx.device)
+    windows = windows.to(ctx.device)
+    evaluate = functools.partial(lm_metrics, windows=windows, d_model=int(m.model.n_embd), agg_t=int(m.agg_t),
+                                 shuffle_seed=ctx.seed)
+    init = {f"init/{k}": v for k, v in evaluate(model).items()}
+    sampler = ctx.sampler(len(train_ids) - t)   # window starts; this rank's shard of each global batch
+    span = torch.arange(t)
+
+    def batches(step: int):
+        return train_ids[sampler(step)[:, None] + span].to(ctx.device)
+
+    metrics = tasks.fit_and_evaluate(ctx, model, batches, evaluate)
+    return {**metrics, **init}
+
+
+__all__ = ["ShiftedReLU", "activation_sparsity", "aggregated_sparsity", "shuffled_aggregated_sparsity",
+           "uniform_aggregated_sparsity", "relufy", "sparse_ffn", "ffn_flops", "lm_metrics", "record_attention_inputs",
+           "TinyLM", "corpus", "build", "run"]
