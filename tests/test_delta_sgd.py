@@ -113,6 +113,59 @@ def _bound_binds(a, b, w0, idx, lr, damping, wd):
     return [s < 0.999 * p * np.sqrt(1 + 0.1 * t) for s, p, t in zip(steps, prev, theta)]
 
 
+class Affine(torch.nn.Module):
+    """Two outputs, a weight matrix AND a bias vector: two parameter tensors of different shapes."""
+    def __init__(self, x0):
+        super().__init__()
+        self.lin = torch.nn.Linear(x0.shape[0] - 1, x0.shape[1]).double()
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.tensor(x0[:-1].T))
+            self.lin.bias.copy_(torch.tensor(x0[-1]))
+
+    def forward(self, a):
+        return self.lin(a)
+
+
+def _numpy_steps_one_vector(a1, b, x0, idx, lr, rows=None):
+    """Δ-SGD on f(X; B) = mean_B ||a1 X - b||^2 / 2 with X = [W^T; c] (the bias as a last row of
+    ones in a1): ‖Δx‖, ‖Δg‖ over all of X, or over X[rows] only (a per-tensor variant)."""
+    sel = slice(None) if rows is None else rows
+    grad = lambda x, i: a1[i].T @ (a1[i] @ x - b[i]) / len(i)   # noqa: E731
+    x_prev, x, eta, theta, steps = x0.copy(), x0.copy(), lr, 1.0, []
+    for i in idx:
+        g, g_prev = grad(x, i), grad(x_prev, i)
+        dx, dg = np.linalg.norm((x - x_prev)[sel]), np.linalg.norm((g - g_prev)[sel])
+        grow = eta * np.sqrt(1 + 0.1 * theta)
+        new = min(grow, dx / dg) + 1e-8 if dx > 0 and dg > 0 else grow
+        theta, eta = new / eta, new
+        x_prev, x = x, x - eta * g
+        steps.append(eta)
+    return steps, x
+
+
+def test_norms_span_weight_and_bias():
+    # ‖x_k − x_{k−1}‖ and ‖g_k − g'_k‖ over ALL parameters as one vector (weight and bias together),
+    # as the official compute_dif_norms sums squared norms over every tensor
+    rng = np.random.default_rng(3)
+    n, d, k = 40, 4, 2
+    a = rng.standard_normal((n, d))
+    a1 = np.hstack([a, np.ones((n, 1))])
+    b = rng.standard_normal((n, k)) + 3.0                  # a large offset: the bias gradient matters
+    x0 = rng.standard_normal((d + 1, k))
+    idx = [rng.choice(n, 8, replace=False) for _ in range(8)]
+    ref_steps, ref_x = _numpy_steps_one_vector(a1, b, x0, idx, lr=1.0)
+    weight_only, _ = _numpy_steps_one_vector(a1, b, x0, idx, lr=1.0, rows=slice(0, d))
+    assert max(abs(u - v) for u, v in zip(ref_steps, weight_only)) > 1e-3   # the test can tell them apart
+    model = Affine(x0)
+    at, bt = torch.tensor(a), torch.tensor(b)
+    steps = delta_sgd_local(model, [torch.tensor(i) for i in idx],
+                            lambda m, i: 0.5 * ((m(at[i]) - bt[i]) ** 2).sum(1).mean(), lr=1.0,
+                            amplifier=0.1, damping=1.0, eps=1e-8)
+    np.testing.assert_allclose(steps, ref_steps, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(model.lin.weight.detach().numpy(), ref_x[:-1].T, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(model.lin.bias.detach().numpy(), ref_x[-1], rtol=0, atol=1e-10)
+
+
 def test_local_state_is_fresh_on_every_call():
     a, b, w0, idx = _least_squares(seed=1)
     model = Linear(w0)

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from common.config import UserError
 from methods.delta_sgd.data import resample_parts
-from methods.delta_sgd.train import make_evaluate, pick, sgd_step_size
+from methods.delta_sgd.train import make_evaluate, make_local_update, pick, sgd_step_size
 
 
 def test_sgd_decay_follows_official_epochs():
@@ -64,3 +64,62 @@ def test_pick_names_unknown_entries():
     assert list(pick(cat, ["b", "a"], "rows")) == ["b", "a"]
     with pytest.raises(UserError, match="run_rows"):
         pick(cat, ["c"], "rows")
+
+
+def _toy_task(n=24, d=3, classes=2, clients=3):
+    g = torch.Generator().manual_seed(0)
+    return {"x": torch.randn(n, d, generator=g), "y": torch.randint(0, classes, (n,), generator=g),
+            "parts": list(torch.arange(n).chunk(clients)), "num_classes": classes}
+
+
+def test_randlr_draw_per_client_and_round():
+    # one log-uniform step per (client, round), constant within the pass, different across clients
+    # and rounds, the same when the (client, round) pass is repeated, and the step SGD really takes
+    task, seed = _toy_task(), 5
+    fed = OmegaConf.create({"local_batch_size": 8, "local_epochs": 1, "rounds": 4})
+    spec = {"kind": "randlr", "low": 0.01, "high": 1.0}
+    draws = {}
+    for r in range(3):
+        for k in range(3):
+            trace: list[float] = []
+            torch.manual_seed(0)
+            net = torch.nn.Linear(3, 2)
+            w0 = [p.detach().clone() for p in net.parameters()]
+            make_local_update(spec, task, fed, seed, trace)(k, r, {"model": net})
+            assert len(trace) == 1 and 0.01 <= trace[0] <= 1.0     # 8 rows, batch 8: one step
+            draws[(k, r)] = trace[0]
+            # the weights moved by exactly that step times the gradient on the client's batch
+            ref = torch.nn.Linear(3, 2)
+            with torch.no_grad():
+                for p, q in zip(ref.parameters(), w0):
+                    p.copy_(q)
+            part = task["parts"][k]
+            torch.nn.functional.cross_entropy(ref(task["x"][part]), task["y"][part]).backward()
+            for p, q in zip(net.parameters(), ref.parameters()):
+                assert float((p.detach() - (q.detach() - trace[0] * q.grad)).abs().max()) < 1e-6
+    assert len(set(draws.values())) == len(draws)
+    again: list[float] = []
+    fed2 = OmegaConf.create({"local_batch_size": 2, "local_epochs": 2, "rounds": 4})
+    make_local_update(spec, task, fed2, seed, again)(1, 2, {"model": torch.nn.Linear(3, 2)})
+    assert len(again) == 8 and set(again) == {draws[(1, 2)]}   # constant over the pass's 8 steps
+
+
+@pytest.mark.parametrize("kind", ["dsgd", "growth", "randlr", "sgd"])
+def test_nonfinite_start_model_does_not_train(kind):
+    spec = {"dsgd": {"kind": "dsgd", "lr": 0.2, "amplifier": 0.1, "damping": 1.0, "eps": 1e-8, "weight_decay": 0.0},
+            "growth": {"kind": "growth", "lr": 0.2, "amplifier": 0.1},
+            "randlr": {"kind": "randlr", "low": 0.01, "high": 1.0},
+            "sgd": {"kind": "sgd", "lr": 0.1}}[kind]
+    fed = OmegaConf.create({"local_batch_size": 4, "local_epochs": 1, "rounds": 2})
+    net = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        net.weight[1, 2] = float("inf")
+    before = [p.detach().clone() for p in net.parameters()]
+    trace: list[float] = []
+    out = make_local_update(spec, _toy_task(), fed, 0, trace)(0, 0, {"model": net})
+    assert out == {} and trace == []
+    for p, q in zip(net.parameters(), before):
+        assert torch.equal(p.detach(), q)
+    with torch.no_grad():                                    # the same client with a finite model trains
+        net.weight[1, 2] = 0.0
+    assert make_local_update(spec, _toy_task(), fed, 0, trace)(0, 0, {"model": net}) and trace
