@@ -208,6 +208,60 @@ def test_rfm_loss_is_the_official_reduction(manifold, ambient):
     assert loss.item() == pytest.approx(total / 7 / ambient, rel=1e-12)
 
 
+class _EarlierField(nn.Module):
+    """The field before the switch to the official form (f4998d6^: model.py), written out: SiLU after
+    each hidden layer, every Linear (the time weights too) PyTorch's default init, built in the order
+    linear_0, time_0, linear_1, time_1, ..., out."""
+
+    def __init__(self, hidden, layers):
+        super().__init__()
+        dims = [3] + [hidden] * layers + [3]
+        self.lin, self.time = nn.ModuleList(), nn.ModuleList()
+        for a, b in zip(dims[:-1], dims[1:]):
+            self.lin.append(nn.Linear(a, b))
+            self.time.append(nn.Linear(1, b, bias=False))
+
+    def forward(self, t, x):
+        t = t.reshape(-1, 1).float().expand(len(x), 1)
+        h = x.float()
+        for i, (lin, time) in enumerate(zip(self.lin, self.time)):
+            h = lin(h) + time(t)
+            h = torch.nn.functional.silu(h) if i < len(self.lin) - 1 else h
+        h = h.to(x.dtype)
+        return h - (h * x).sum(-1, keepdim=True) * x     # the tangent part on S²
+
+
+def test_the_ablations_together_rebuild_the_earlier_field_and_each_is_refused_when_unknown():
+    """activation='silu', time_init='default' is the earlier field draw for draw under one seed (the
+    switch's ablation rows rest on this); the official default is not; loss_dim='intrinsic' divides
+    by the manifold's dimension (2 on S²) instead of 3. Unknown values are ValueErrors."""
+    x, t = points(Sphere(), 6), torch.rand(6, dtype=torch.float64)
+    torch.manual_seed(3)
+    earlier = _EarlierField(8, 2)
+    torch.manual_seed(3)
+    ours = VectorField(Sphere(), 8, 2, activation="silu", time_init="default")
+    torch.testing.assert_close(ours(t, x), earlier(t, x), atol=1e-12, rtol=0)   # the same draws; rounding of the projection
+    assert all(not any(True for _ in act.parameters()) for act in ours.acts)
+    assert any((layer.time.weight != 0).any() for layer in ours.hidden)
+    torch.manual_seed(3)
+    assert not torch.allclose(VectorField(Sphere(), 8, 2)(t, x), earlier(t, x))
+    x0, x1, tt = points(Sphere(), 7), points(Sphere(), 7, seed=1), torch.linspace(0.1, 0.9, 7, dtype=torch.float64)
+    for variant in ("riemannian", "euclidean"):
+        torch.manual_seed(0)
+        official = FlowMatching(_Affine(), Sphere(), variant).training_step(x1)[0]
+        torch.manual_seed(0)
+        intrinsic = FlowMatching(_Affine(), Sphere(), variant, loss_dim="intrinsic").training_step(x1)[0]
+        assert intrinsic.item() == pytest.approx(official.item() * 3 / 2, rel=1e-12)
+    assert rfm_loss(_Affine(), Sphere(), x0, x1, tt, dim=2).item() == pytest.approx(
+        rfm_loss(_Affine(), Sphere(), x0, x1, tt).item() * 3 / 2, rel=1e-12)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        VectorField(Sphere(), 8, 2, activation="relu")
+    with pytest.raises(ValueError, match="time_init must be one of"):
+        VectorField(Sphere(), 8, 2, time_init="ones")
+    with pytest.raises(ValueError, match="loss_dim must be one of"):
+        FlowMatching(_Affine(), Sphere(), loss_dim="both")
+
+
 def test_vmf_mixture_fits_a_concentrated_cluster():
     sphere = Sphere()
     g = torch.Generator().manual_seed(0)
