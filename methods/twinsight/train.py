@@ -1,0 +1,135 @@
+"""The rows of the tables, each a FedAvg run through `common.tasks.federated` (one stage per
+row, same seed, same initial supervised weights, same client sampling):
+  twinsight     both twins; CE + insdis NT-Xent + sim L_np on labeled clients, NT-Xent + L_np on unlabeled
+  frozen_twin   the unsupervised twin frozen at its random init, insdis = 0 (control)
+  no_np         sim = 0: the twins never interact (control)
+  single        one encoder with classifier and projector, CE + insdis NT-Xent (control)
+  labeled_only  FedAvg with CE on the M labeled clients only (the paper's lower bound)
+  fixmatch      one model: CE on labeled clients, fixmatch_weight FixMatch on unlabeled ones
+  upper         every client labeled (the ceiling)
+The evaluated model is the global supervised twin (or the single model)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from torch import nn
+
+from common.federated.sampling import client_batches, client_seed
+from common.ssl import apply, sample_params
+from common.tasks.federated import federated
+from methods.twinsight.data import FewLabelClients
+from methods.twinsight.loss import client_loss, fixmatch_loss, single_loss
+
+ROWS = ("twinsight", "frozen_twin", "no_np", "single", "labeled_only", "fixmatch", "upper")
+
+
+class Single(nn.Module):
+    """One model: encoder + classifier + projector (the `single` row)."""
+
+    def __init__(self, encoder: nn.Module, head: nn.Module, projector: nn.Module):
+        super().__init__()
+        self.encoder, self.head, self.projector = encoder, head, projector
+
+
+def logits_of(models: dict, x: torch.Tensor) -> torch.Tensor:
+    if "sup" in models:
+        return models["sup"](x)[1]
+    m = models["model"]
+    return m.head(m.encoder(x))
+
+
+def row_models(row: str, twin) -> dict[str, nn.Module]:
+    """The named models FedAvg averages for `row`, from one freshly built TwinModel."""
+    if row in ("twinsight", "frozen_twin", "no_np"):
+        if row == "frozen_twin":
+            for p in twin.unsup.parameters():
+                p.requires_grad_(False)
+        return {"sup": twin.sup, "unsup": twin.unsup}
+    if row == "single":
+        return {"model": Single(twin.sup.encoder, twin.sup.head, twin.unsup.projector)}
+    return {"sup": twin.sup}
+
+
+def make_step(row: str, loss_cfg: dict, fixmatch_weight: float):
+    """(models, x_weak, x_strong, labels or None) -> (loss, logs) for one batch of `row`."""
+    def step(models, xw, xs, y):
+        b = xw.shape[0]
+        if row in ("twinsight", "frozen_twin", "no_np"):
+            kw = dict(loss_cfg)
+            if row == "no_np":
+                kw["sim"] = 0.0
+            h_s, logits = models["sup"](torch.cat([xw, xs]))
+            if row == "frozen_twin":
+                kw["insdis"] = 0.0
+                with torch.no_grad():
+                    h_u, z = models["unsup"](torch.cat([xw, xs]))
+            else:
+                h_u, z = models["unsup"](torch.cat([xw, xs]))
+            return client_loss(h_s[:b], logits[:b], logits[b:], h_u[:b], z[:b], z[b:], labels=y, **kw)
+        if row == "single":
+            m = models["model"]
+            h = m.encoder(torch.cat([xw, xs]))
+            z = m.projector(h)
+            return single_loss(m.head(h[:b]), z[:b], z[b:], labels=y, insdis=loss_cfg["insdis"],
+                               temperature=loss_cfg["temperature"])
+        if y is not None:
+            loss = F.cross_entropy(models["sup"](xw)[1], y)
+            return loss, {"loss": float(loss.detach()), "ce": float(loss.detach())}
+        logits = models["sup"](torch.cat([xw, xs]))[1]
+        fm, rate = fixmatch_loss(logits[:b], logits[b:], loss_cfg["threshold"])
+        loss = fixmatch_weight * fm
+        return loss, {"loss": float(loss.detach()), "fixmatch": float(fm.detach()), "mask_rate": float(rate)}
+    return step
+
+
+def run_row(ctx, m, row: str, d: FewLabelClients, weak, strong, eval_x, eval_y, log) -> dict[str, float]:
+    """FedAvg of `row` for `m.federated.rounds` rounds; returns acc (%, after the last round) and
+    acc_mean (the mean over the rounds' evaluations)."""
+    fed = m.federated
+    torch.manual_seed(ctx.seed)
+    twin = instantiate(m.model, encoder_sup=instantiate(m.encoder), encoder_unsup=instantiate(m.encoder))
+    models = row_models(row, twin)
+    loss_cfg = {k: v for k, v in dict(m.loss).items()}
+    step = make_step(row, loss_cfg, float(m.fixmatch_weight))
+    members = list(d.labeled) if row == "labeled_only" else list(range(len(d.clients)))
+    labeled = set(range(len(d.clients))) if row == "upper" else set(d.labeled)
+    make_optimizer = instantiate(m.local_optimizer)
+
+    def local_update(k: int, r: int, copies: dict) -> dict:
+        client = members[k]
+        idx_all = d.clients[client]
+        params = [p for net in copies.values() for p in net.parameters() if p.requires_grad]
+        opt = make_optimizer(params)
+        rows = []
+        for idx in client_batches(len(idx_all), fed.local_batch_size, fed.local_epochs,
+                                  client_seed(ctx.seed, r, client)):
+            if len(idx) < 2:   # NT-Xent and L_np need two images
+                continue
+            x = d.images[idx_all[idx]]
+            xw, xs = apply(x, sample_params(len(x), weak)), apply(x, sample_params(len(x), strong))
+            y = d.labels[idx_all[idx]] if client in labeled else None
+            loss, logs = step(copies, xw, xs, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            rows.append(logs)
+        keys = set().union(*rows) if rows else set()
+        return {key: float(np.mean([r_[key] for r_ in rows if key in r_])) for key in keys}
+
+    accs: list[float] = []
+
+    def evaluate(ms: dict, r: int) -> dict:
+        pred = torch.cat([logits_of(ms, x).argmax(1) for x in eval_x.split(500)])
+        acc = 100.0 * float((pred == eval_y).float().mean())
+        accs.append(acc)
+        return {"acc": acc}
+
+    start = time.process_time()
+    final = federated(ctx, models, [len(d.clients[c]) for c in members], local_update, evaluate, fed, stage=row,
+                      clients_per_round=min(int(fed.clients_per_round), len(members)))
+    log({f"{row}/cpu_s_per_round": (time.process_time() - start) / max(1, int(fed.rounds))}, int(fed.rounds))
+    return {"acc": final["acc"], "acc_mean": float(np.mean(accs)) if accs else final["acc"]}
