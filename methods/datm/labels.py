@@ -1,0 +1,36 @@
+"""DATM's initialisation: real images an expert classifies correctly, and soft labels averaged over
+the experts that classify each image correctly (official distill/DATM.py, `samples_predicted_correctly`)."""
+from __future__ import annotations
+
+import torch
+
+
+def correct_logit_average(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """logits (E', n, K) of the experts' final epochs on the init images -> (n, K):
+    Y_i = mean of logits[e, i] over the experts e whose argmax is labels[i]."""
+    if logits.dim() != 3 or logits.shape[1] != len(labels):
+        raise ValueError(f"logits must be (experts, n, classes) with n = {len(labels)}, got {tuple(logits.shape)}")
+    correct = logits.argmax(-1) == labels.view(1, -1)                         # (E', n)
+    count = correct.sum(0)                                                     # (n,)
+    if bool((count == 0).any()):
+        bad = torch.nonzero(count == 0).flatten().tolist()
+        raise ValueError(f"no expert classifies images {bad} correctly: their soft label is undefined")
+    return (logits * correct.unsqueeze(-1)).sum(0) / count.unsqueeze(-1)
+
+
+def select_correct(logits: torch.Tensor, labels: torch.Tensor, per_class: int,
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """int64 indices, class c (sorted) in rows c*k ... (c+1)*k - 1, drawn without replacement among
+    the images whose logits (n, K) (expert 0's final epoch) give the right class."""
+    if logits.dim() != 2 or len(logits) != len(labels):
+        raise ValueError(f"logits must be (n, classes) with n = {len(labels)}, got {tuple(logits.shape)}")
+    if per_class < 1:
+        raise ValueError(f"per_class must be >= 1, got {per_class}")
+    correct = logits.argmax(-1) == labels
+    out = []
+    for c in torch.unique(labels).tolist():
+        members = torch.nonzero((labels == c) & correct).flatten()
+        if len(members) < per_class:
+            raise ValueError(f"IPC {per_class} is above class {c}'s {len(members)} correctly classified images")
+        out.append(members[torch.randperm(len(members), generator=generator)[:per_class]])
+    return torch.cat(out).long()

@@ -1,0 +1,123 @@
+"""DATM (issue #44): the window schedule, the soft-label init, the matching loss, each against the
+official expressions written out here."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from common.distill import ConvNet, SyntheticSet, flatten_params
+from methods.datm import (DATM, correct_logit_average, matching_loss, sample_start_epoch, select_correct,
+                          start_epoch_bound)
+
+
+def official_upper(it, min_start, max_start, cur, end, sequential=True):
+    """distill/DATM.py: Upper_Bound = cur + int((max - cur) * it / end); min(., max)."""
+    if not sequential:
+        return max_start
+    return min(cur + int((max_start - cur) * it / end), max_start)
+
+
+def test_start_epoch_bound_closed_forms():
+    assert start_epoch_bound(0, 0, 20, 10, 1000) == 10                   # it = 0: cur_max
+    assert start_epoch_bound(500, 0, 20, 10, 1000) == 15                 # mid
+    assert start_epoch_bound(999, 0, 20, 10, 1000) == 19
+    assert start_epoch_bound(5000, 0, 20, 10, 1000) == 20                # past expansion_end
+    assert start_epoch_bound(7, 0, 20) == 20                              # off
+    for it in range(0, 130, 7):
+        assert start_epoch_bound(it, 2, 40, 20, 100) == official_upper(it, 2, 40, 20, 100)
+    with pytest.raises(ValueError, match=r"min_start \(4\) must be below max_start \(4\)"):
+        start_epoch_bound(0, 4, 4)
+
+
+def test_sample_start_epoch_range_and_uniformity():
+    g = torch.Generator().manual_seed(0)
+    n, lo, hi = 4000, 3, 8
+    draws = [sample_start_epoch(0, g, lo, hi) for _ in range(n)]
+    assert min(draws) == lo and max(draws) == hi - 1                      # upper exclusive
+    counts = np.bincount(np.array(draws) - lo, minlength=hi - lo)
+    chi2 = float(((counts - n / (hi - lo)) ** 2 / (n / (hi - lo))).sum())
+    assert chi2 < 18.47                                                   # chi^2_4 at p = 0.001
+    early = [sample_start_epoch(0, g, 0, 20, 10, 100) for _ in range(200)]
+    assert max(early) <= 9
+
+
+def test_correct_logit_average_vs_loop_and_error():
+    g = torch.Generator().manual_seed(1)
+    logits, labels = torch.randn(4, 6, 3, generator=g), torch.tensor([0, 1, 2, 0, 1, 2])
+    for i in range(6):                                                    # every image right for expert 0
+        logits[0, i, labels[i]] = 10.0
+    got = correct_logit_average(logits, labels)
+    for i in range(6):
+        right = [logits[e, i] for e in range(4) if int(logits[e, i].argmax()) == int(labels[i])]
+        assert torch.allclose(got[i], torch.stack(right).mean(0))
+    logits[:, 4, :] = torch.tensor([5.0, 0.0, 0.0])                       # image 4 (label 1): nobody right
+    with pytest.raises(ValueError, match=r"images \[4\]"):
+        correct_logit_average(logits, labels)
+
+
+def test_select_correct():
+    labels = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    logits = F.one_hot(torch.tensor([0, 1, 0, 1, 0, 1, 1]), 2).float()    # wrong: 1 (class 0), 4 (class 1)
+    idx = select_correct(logits, labels, 2, torch.Generator().manual_seed(0))
+    assert idx.dtype == torch.int64 and sorted(idx[:2].tolist()) == [0, 2] and set(idx[2:].tolist()) <= {3, 5, 6}
+    with pytest.raises(ValueError, match="IPC 3 is above class 0's 2 correctly classified images"):
+        select_correct(logits, labels, 3)
+
+
+def net():
+    torch.manual_seed(0)
+    return ConvNet(1, 3, channels=(4,), img_size=4)
+
+
+def test_matching_loss_vs_hand_unroll_and_n0():
+    module = net()
+    g = torch.Generator().manual_seed(2)
+    traj = torch.stack([flatten_params(module) + 0.1 * k * torch.randn(flatten_params(module).shape, generator=g)
+                        for k in range(5)])
+    x, soft = torch.randn(6, 1, 4, 4, generator=g), torch.randn(6, 3, generator=g)
+    syn = SyntheticSet(x, soft, lr=0.05, learn_targets=True, learn_lr=True)
+    loss, end = matching_loss(module, syn, traj, 1, 2, 4, 3, torch.Generator().manual_seed(9))
+    # official loop written out: randperm chunks, student_params[-1] - syn_lr * grad, mse sums
+    gen, chunks, theta = torch.Generator().manual_seed(9), [], traj[1].clone().requires_grad_(True)
+    for _ in range(4):
+        if not chunks:
+            chunks = list(torch.randperm(6, generator=gen).split(3))
+        i = chunks.pop(0)
+        m = net()
+        torch.nn.utils.vector_to_parameters(theta, m.parameters())
+        out = m(x[i])
+        ce = -(F.softmax(soft[i], 1) * F.log_softmax(out, 1)).sum(1).mean()
+        theta = theta - 0.05 * torch.cat([t.reshape(-1) for t in torch.autograd.grad(ce, list(m.parameters()))])
+    want = F.mse_loss(theta, traj[3], reduction="sum") / F.mse_loss(traj[1], traj[3], reduction="sum")
+    assert float(loss.detach()) == pytest.approx(float(want), rel=1e-5) and torch.allclose(end, theta, atol=1e-6)
+    grads = torch.autograd.grad(loss, [syn.images, syn.targets, syn.lr])
+    assert all(float(gr.abs().sum()) > 0 for gr in grads)
+    zero, _ = matching_loss(module, syn, traj, 0, 2, 0, 3)
+    assert float(zero) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"3 \+ 2 exceeds the expert's 4 epochs"):
+        matching_loss(module, syn, traj, 3, 2, 1, 3)
+    with pytest.raises(ValueError, match="parameters per snapshot"):
+        matching_loss(module, syn, traj[:, :-1], 0, 2, 1, 3)
+
+
+def test_distill_updates_and_bad_input():
+    module = net()
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(30, 1, 4, 4, generator=g), torch.arange(30) % 3
+    from common.distill import train_expert
+    buf = torch.stack([train_expert(net(), x, y, 4, 0.1, 10, torch.Generator().manual_seed(e)) for e in range(2)])
+    d = DATM(ipc=2, syn_steps=2, min_start=0, max_start=2, current_max_start=1, expansion_end=2, iterations=3,
+             lr_img=1.0, threshold=10.0, init="real", soft_labels=False)
+    syn, stats = d.distill(module, buf, x, y, torch.Generator().manual_seed(0))
+    assert stats["updated"] == 1.0 and len(syn) == 6 and syn.targets.dtype == torch.int64
+    with pytest.raises(ValueError, match="threshold must be > 0"):
+        DATM(threshold=0.0)
+    with pytest.raises(ValueError, match="exceeds the experts' 4 epochs"):
+        DATM(ipc=2, max_start=4, current_max_start=None, expansion_end=None).check_buffer(buf, module)
+    with pytest.raises(ValueError, match="parameters per snapshot"):
+        d.check_buffer(buf[:, :, :-1], module)
+    assert math.isfinite(stats["match_loss"])
