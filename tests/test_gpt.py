@@ -74,6 +74,59 @@ def test_load_rejects_bad_state_dicts():
     load_hf_gpt2_state_dict(ours, no_head)
 
 
+def test_load_drops_hf_causal_mask_buffers():
+    """Older transformers emitted `attn.bias` (the causal mask) and `attn.masked_bias` per block;
+    the installed one does not, so they are injected here."""
+    hf, _ = hf_twin("gelu_new", seed=2)
+    sd = dict(hf.state_dict())
+    t = SMALL["n_positions"]
+    for i in range(SMALL["n_layer"]):
+        sd[f"transformer.h.{i}.attn.bias"] = torch.tril(torch.ones(t, t, dtype=torch.bool)).view(1, 1, t, t)
+        sd[f"transformer.h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    ours = load_hf_gpt2_state_dict(GPT(GPTConfig(activation_function="gelu_new", **SMALL)), sd).eval()
+    assert not any(k.endswith((".attn.bias", ".attn.masked_bias")) for k in ours.state_dict())
+    x = torch.randint(0, SMALL["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert torch.allclose(ours(x).logits, hf(x).logits, atol=1e-4, rtol=1e-4)
+    # the two mask names are skipped, nothing else: a truly unexpected key still fails
+    with pytest.raises(ValueError, match="unexpected key 'transformer.h.0.attn.weight'"):
+        load_hf_gpt2_state_dict(ours, {**sd, "transformer.h.0.attn.weight": torch.zeros(3)})
+    with pytest.raises(ValueError, match="unexpected"):
+        load_hf_gpt2_state_dict(ours, {**sd, "transformer.h.0.mlp.bias": torch.zeros(3)})
+
+
+def test_load_tied_replaces_supplied_head_with_wte():
+    """Pinned behaviour: with tied weights a supplied `lm_head.weight` that differs from wte is
+    NOT loaded; the head is wte (one tensor). Untied, the supplied head is loaded as is."""
+    hf, _ = hf_twin("relu", seed=3)
+    sd = dict(hf.state_dict())
+    head = torch.randn(sd["transformer.wte.weight"].shape, generator=torch.Generator().manual_seed(5))
+    sd["lm_head.weight"] = head
+    tied = load_hf_gpt2_state_dict(GPT(GPTConfig(activation_function="relu", **SMALL)), sd)
+    assert tied.lm_head.weight is tied.transformer.wte.weight
+    assert torch.equal(tied.lm_head.weight, sd["transformer.wte.weight"])
+    assert not torch.allclose(tied.lm_head.weight, head)
+    untied = load_hf_gpt2_state_dict(GPT(GPTConfig(activation_function="relu", tie_word_embeddings=False,
+                                                   **SMALL)), sd)
+    assert torch.equal(untied.lm_head.weight, head)
+    assert torch.equal(untied.transformer.wte.weight, sd["transformer.wte.weight"])
+
+
+def test_load_transposes_conv1d_by_name_even_when_square():
+    """Pinned limitation: Conv1D weights are transposed by name, so a square one (attn.c_proj)
+    already in nn.Linear (out, in) order loads transposed with no error; HF (in, out) is expected."""
+    hf, _ = hf_twin("gelu", seed=6)
+    sd = dict(hf.state_dict())
+    key = "transformer.h.0.attn.c_proj.weight"
+    w = sd[key]
+    assert w.shape[0] == w.shape[1] and not torch.equal(w, w.t())
+    ours = load_hf_gpt2_state_dict(GPT(GPTConfig(activation_function="gelu", **SMALL)), {**sd, key: w.t()})
+    assert torch.equal(ours.transformer.h[0].attn.c_proj.weight, w)   # i.e. not what was meant
+    with pytest.raises(ValueError, match="shape"):   # a non-square one in (out, in) order is caught
+        k2 = "transformer.h.0.mlp.c_fc.weight"
+        load_hf_gpt2_state_dict(ours, {**sd, k2: sd[k2].t()})
+
+
 def test_init_stds():
     torch.manual_seed(0)
     cfg = GPTConfig(vocab_size=400, n_positions=256, n_embd=128, n_layer=4, n_head=4)
@@ -97,9 +150,30 @@ def test_config_and_input_errors():
         GPTConfig(activation_function="tanh")
     with pytest.raises(ValueError, match="unknown activation"):
         activation_module("swish")
+    for key in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        for bad in (-0.1, 1.0):
+            with pytest.raises(ValueError, match=key):
+                GPTConfig(**{key: bad})
+    with pytest.raises(ValueError, match="n_inner"):
+        GPTConfig(n_inner=0)
+    with pytest.raises(ValueError, match="GPTConfig"):
+        GPT(dict(SMALL))
     m = GPT(GPTConfig(**SMALL))
     with pytest.raises(ValueError, match="n_positions"):
         m(torch.zeros(1, SMALL["n_positions"] + 1, dtype=torch.long))
+    for shape in ((5,), (1, 5, 1)):
+        with pytest.raises(ValueError, match=r"\(batch, seq\)"):
+            m(torch.zeros(shape, dtype=torch.long))
+
+
+def test_use_cache_is_accepted_and_ignored():
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(**SMALL)).eval()
+    x = torch.randint(0, SMALL["vocab_size"], (2, 10))
+    with torch.no_grad():
+        a, b = m(x, labels=x, use_cache=True), m(x, labels=x, use_cache=False)
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.loss, b.loss)
+    assert a._fields == ("loss", "logits")   # no past_key_values returned either way
 
 
 def test_activations():
@@ -153,6 +227,7 @@ def test_record_ffn_equals_hooks_on_hf_twin():
                for blk, s in zip(hf.transformer.h, seen)]
     with torch.no_grad():
         hf(x)
+        hf(x[:1])
     for h in handles:
         h.remove()
     assert len(ffn_activation_modules(ours)) == len(ffn_activation_modules(hf)) == SMALL["n_layer"]
@@ -163,6 +238,8 @@ def test_record_ffn_equals_hooks_on_hf_twin():
     for rec, ref in zip(recs, seen):
         assert rec[0].shape == (2, 11, 4 * SMALL["n_embd"]) and not rec[0].requires_grad
         assert torch.allclose(rec[0], ref[0], atol=1e-4)
+        assert rec[1].shape == (1, 11, 4 * SMALL["n_embd"])    # the second forward recorded too
+        assert torch.allclose(rec[1], ref[1], atol=1e-4)
     with torch.no_grad():
         ours(x)
     assert [len(r) for r in recs] == [2, 2]     # hooks removed on exit
@@ -190,8 +267,15 @@ def test_generate_greedy_batched_and_modes():
     a = generate(m, x, 5, generator=torch.Generator().manual_seed(3))
     b = generate(m, x, 5, generator=torch.Generator().manual_seed(3))
     assert torch.equal(a, b)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="temperature"):
         generate(m, x, 5, temperature=-1)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(m, x, -1)
+    with pytest.raises(ValueError, match="top_k"):
+        generate(m, x, 5, top_k=0)
+    with pytest.raises(ValueError, match=r"\(batch, seq\)"):
+        generate(m, x[0], 5)
+    assert torch.equal(generate(m, x, 0), x)
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])
