@@ -66,6 +66,14 @@ def test_a_claim_s_own_controls_replace_the_table_s_for_its_rows():
     assert r.status == NOT_DISCRIMINATING                   # without its own: the table's ridge applies
 
 
+def test_a_headline_left_without_a_control_says_so():
+    table = values(method=METHOD, zero=ZERO)
+    r = judge_spec(ClaimSpec("method.err < zero.err", headline=True), table, {"method": ["zero"]})
+    assert r.controls == [] and "No control judged" in claim_line(r)
+    r = judge_spec(ClaimSpec("method.err < zero.err"), table, {"method": ["zero"]})
+    assert "No control judged" not in claim_line(r)        # only headlines are held to it
+
+
 def test_a_control_that_is_not_a_row_is_a_config_error():
     with pytest.raises(UserError, match="ridg") as err:
         check_controls({"method": ["ridg"]}, {"method", "ridge"}, "x_mini")

@@ -25,6 +25,10 @@ def _controls(c: ClaimResult) -> str:
     if c.no_control:
         return f" No control: {c.no_control}."
     parts = [f"control {d['control']}: {d['status']} ({_interval(d)})" for d in c.controls]
+    if not parts and c.headline:
+        # a declared stand-in that the claim already compares is skipped, so a headline can end up
+        # with none: say so rather than let it read as controlled
+        return " **No control judged**: no stand-in is declared for its rows, or each one is a row it compares."
     return (" " + "; ".join(parts) + ".") if parts else ""
 
 
