@@ -405,3 +405,63 @@ def test_bad_input_raises_value_errors():
         stacked_tempering_step(rbms, [torch.zeros(1, 2), torch.full((1, 2), 2.0)], [torch.zeros(1, 2), torch.zeros(1, 1)], 1)
     with pytest.raises(ValueError, match="step counts from 1"):
         stacked_tempering_step(rbms, [torch.zeros(1, 2)] * 2, [torch.zeros(1, 2), torch.zeros(1, 1)], 0)
+
+
+def _slow_transits(scores, core):
+    """Hysteresis written as a loop: per chain, the label is set only inside a core, held otherwise;
+    a transit is a change of a set label."""
+    counts = []
+    for c in range(len(scores[0])):
+        label, n = None, 0
+        for t in range(len(scores)):
+            s = scores[t][c]
+            new = 1 if s >= core else 0 if s <= -core else label
+            if label is not None and new != label:
+                n += 1
+            label = new
+        counts.append(n)
+    return counts
+
+
+def test_hysteresis_labels_count_core_to_core_transits_not_boundary_flicker():
+    from methods.stacked_tempering import count_transits
+    from methods.stacked_tempering.measure import magnetisation_labeller, summarise
+
+    g = torch.Generator().manual_seed(0)
+    T = 200
+    flicker = -0.8 * (torch.arange(T) < 5) + 0.1 * (-1.0) ** torch.arange(T) * (torch.arange(T) >= 5)
+    # crosses core to core: -0.8 -> +0.7 -> -0.6 -> +0.9, with boundary noise between the cores
+    path = torch.tensor([-0.8] * 20 + [0.1, -0.1, 0.3] * 10 + [0.7] * 20 + [-0.2, 0.2] * 15 + [-0.6] * 20
+                        + [0.45, -0.45] * 10 + [0.9] * (T - 20 - 30 - 20 - 30 - 20 - 20))
+    unlabelled_start = torch.cat([0.2 * torch.ones(50), 0.8 * torch.ones(50), -0.3 * torch.ones(T - 100)])
+    noisy = (torch.rand(T, generator=g) * 2 - 1) * 0.49        # never reaches a core of 0.5
+    m = torch.stack([flicker, path, unlabelled_start, noisy], 1)          # (T, 4) magnetisations
+    p = ((m[:, :, None] + 1) / 2).expand(T, 4, 16)                         # p(v | h) with that mean spin
+    cores = torch.stack([magnetisation_labeller(0.5)(p[t]) for t in range(T)])
+    got = count_transits(cores).tolist()
+    assert got == _slow_transits(m.tolist(), 0.5) == [0, 3, 0, 0]
+    assert count_mode_jumps((m > 0).long()).tolist()[0] > 100              # the old sign label flickers
+    out = summarise(cores[:, :1], start_label=0, cost=2.0)
+    assert out["jumps"] == 0.0 and out["balance"] == 0.5
+    out = summarise(cores[:, 1:2], start_label=0, cost=2.0)
+    assert out["jumps"] == pytest.approx(3 * 1e4 / (T - 1)) and out["jumps_per_cost"] == out["jumps"] / 2
+    with pytest.raises(ValueError, match="ising_core"):
+        magnetisation_labeller(1.0)
+
+
+def test_logistic_labeller_cores_are_classifier_probabilities():
+    from methods.stacked_tempering.measure import logistic_labeller
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.cat([torch.rand(50, 6, generator=g) * 0.3, 0.7 + torch.rand(50, 6, generator=g) * 0.3]).numpy()
+    y = np.r_[np.zeros(50), np.ones(50)].astype(int)
+    lab = logistic_labeller(x, y, core=0.9)
+    from sklearn.linear_model import LogisticRegression
+
+    prob = LogisticRegression(max_iter=1000, random_state=0).fit(x, y).predict_proba(x)[:, 1]
+    states = torch.as_tensor(np.r_[x, np.full((1, 6), 0.5)], dtype=torch.float32)
+    want = np.where(np.r_[prob, np.nan] >= 0.9, 1, np.where(np.r_[prob, np.nan] <= 0.1, 0, -1))
+    got = lab(states).numpy()
+    assert (got[:-1] == want[:-1]).mean() > 0.99 and got[-1] == -1   # float32 vs sklearn's float64
+    with pytest.raises(ValueError, match="prob_core"):
+        logistic_labeller(x, y, core=0.4)

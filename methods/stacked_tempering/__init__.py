@@ -10,10 +10,10 @@ from omegaconf import OmegaConf
 
 from common.config import UserError
 from methods.stacked_tempering.ising import ising_energy, wolff_ising
-from methods.stacked_tempering.measure import (count_mode_jumps, logistic_labeller, magnetisation_labeller,
-                                               measure_all)
+from methods.stacked_tempering.measure import (count_transits, hold_labels, logistic_labeller,
+                                               magnetisation_labeller, measure_all)
 from methods.stacked_tempering.rbm import BinaryRBM, check_binary, check_stack
-from methods.stacked_tempering.sampler import (gibbs_step, init_stack, linear_betas, parallel_tempering_step,
+from methods.stacked_tempering.sampler import (count_mode_jumps, gibbs_step, init_stack, linear_betas, parallel_tempering_step,
                                                pt_swap_log_acceptance, stack_cost, stacked_tempering_step,
                                                swap_log_acceptance)
 from methods.stacked_tempering.train import pcd_gradient, random_stack, train_rbm, train_stack
@@ -52,16 +52,18 @@ def _optimizer(cfg):
     return lambda params: instantiate(opt, params=params)
 
 
-def _labellers(x, modes, rbms, data: str, generator, seed: int) -> list:
+def _labellers(x, modes, rbms, data: str, generator, seed: int, cores) -> list:
     """One labeller per layer: layer 0 the data's classifier (MNIST) or the magnetisation (Ising);
     layer l a classifier of the data's modes from their samples pushed up l layers (diagnostics)."""
-    first = magnetisation_labeller if data == "ising" else logistic_labeller(x.numpy(), modes.numpy(), seed)
+    prob = float(cores.prob_core)
+    first = (magnetisation_labeller(float(cores.ising_core)) if data == "ising"
+             else logistic_labeller(x.numpy(), modes.numpy(), seed, prob))
     out, up = [first], x
     with torch.no_grad():
         for rbm in rbms[:-1]:
             up = rbm.sample_h(up, generator)
             if len(set(modes.tolist())) > 1:
-                out.append(logistic_labeller(up.numpy(), modes.numpy(), seed))
+                out.append(logistic_labeller(up.numpy(), modes.numpy(), seed, prob))
     return out
 
 
@@ -89,13 +91,13 @@ def run(cfg, ctx) -> dict[str, float]:
     start = (modes == sm.start_mode).nonzero().flatten()
     v0 = x[start[torch.randint(len(start), (sm.chains,), generator=g)]]
     ref = stacks.get("st", [rbm1])
-    labellers = _labellers(x, modes, ref, m.data, g, int(ctx.seed))
+    labellers = _labellers(x, modes, ref, m.data, g, int(ctx.seed), m.labels)
     out = measure_all(list(m.samplers), rbm1, stacks, v0, sm.sweeps, labellers, int(sm.start_mode),
                       sm.pt_replicas, sm.pt_beta_min, g)
     return out
 
 
-__all__ = ["BinaryRBM", "SAMPLERS", "build", "check_binary", "check_stack", "count_mode_jumps", "gibbs_step",
-           "init_stack", "ising_energy", "linear_betas", "load_data", "parallel_tempering_step", "pcd_gradient",
+__all__ = ["BinaryRBM", "SAMPLERS", "build", "check_binary", "check_stack", "count_mode_jumps", "count_transits", "gibbs_step",
+           "hold_labels", "init_stack", "ising_energy", "linear_betas", "load_data", "parallel_tempering_step", "pcd_gradient",
            "pt_swap_log_acceptance", "random_stack", "run", "stack_cost", "stacked_tempering_step",
            "swap_log_acceptance", "train_rbm", "train_stack", "wolff_ising"]

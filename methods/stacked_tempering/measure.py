@@ -1,11 +1,14 @@
 """Mode-jump measurement (issue #53, "Mode jumps" and "Metrics"): every sampler's chains start in
 one mode; each sweep the bottom state is labelled (MNIST: a logistic-regression classifier of the two
-digits applied to p(v | h); Ising: the sign of the magnetisation of p(v | h)), and a jump is a label
-change of one chain. Metrics per sampler row:
+digits applied to p(v | h); Ising: the magnetisation of p(v | h)) WITH HYSTERESIS: a chain's label
+changes only when it enters the other mode's core (classifier probability >= `prob_core`, Ising
+|m| >= `ising_core` with the new sign; `method.labels` in YAML) and is held otherwise, so a jump is a
+core-to-core transit, not flicker at the boundary. Before its first core entry a chain is unlabelled
+(-1). Metrics per sampler row:
   jumps           label changes per chain per 10^4 sweeps (mean over chains)
   jumps_per_cost  jumps / (cost of a sweep in RBM-1 Gibbs sweeps: sum_l N_l M_l / N_1 M_1 for ST, K for PT)
   swap_acc        acceptance of the bottom exchange (ST: RBM 1 <-> RBM 2; PT: beta_1 <-> beta_2)
-  balance         |share of sweeps in the start mode - 1/2| over chains and sweeps
+  balance         |share of labelled sweeps in the start mode - 1/2| over chains and sweeps
 """
 from __future__ import annotations
 
@@ -14,31 +17,70 @@ from typing import Callable
 import numpy as np
 import torch
 
-from methods.stacked_tempering.sampler import (count_mode_jumps, gibbs_step, init_stack, linear_betas,
+from methods.stacked_tempering.sampler import (gibbs_step, init_stack, linear_betas,
                                                parallel_tempering_step, stack_cost, stacked_tempering_step)
 
-Labeller = Callable[[torch.Tensor], torch.Tensor]   # states (C, N) in [0, 1] -> labels (C,) int
+Labeller = Callable[[torch.Tensor], torch.Tensor]   # states (C, N) in [0, 1] -> core labels (C,): 1, 0 or -1
 
 
-def logistic_labeller(x: np.ndarray, y: np.ndarray, seed: int = 0) -> Labeller:
-    """A logistic-regression classifier of the two modes fitted on (x, y); returns probs -> labels."""
+def _check_core(core: float, lo: float, name: str) -> float:
+    if not lo < float(core) < 1.0:
+        raise ValueError(f"{name} must lie in ({lo}, 1), got {core}")
+    return float(core)
+
+
+def logistic_labeller(x: np.ndarray, y: np.ndarray, seed: int = 0, core: float = 0.9) -> Labeller:
+    """A logistic-regression classifier of the two modes fitted on (x, y); returns states -> core
+    labels: 1 where P(mode 1) >= core, 0 where P(mode 1) <= 1 - core, -1 (no core) between."""
     from sklearn.linear_model import LogisticRegression
 
+    core = _check_core(core, 0.5, "prob_core")
     clf = LogisticRegression(max_iter=1000, random_state=seed).fit(x, y)
     w = torch.as_tensor(clf.coef_[0], dtype=torch.float32)
     b = float(clf.intercept_[0])
-    return lambda p: (p.to(torch.float32) @ w + b > 0).long()
+    return lambda p: core_labels(torch.sigmoid(p.to(torch.float32) @ w + b) * 2 - 1, 2 * core - 1)
 
 
-def magnetisation_labeller(p: torch.Tensor) -> torch.Tensor:
-    """Ising: 1 where the mean spin 2 p - 1 is positive (p: p(v = 1 | h), so no exact ties)."""
-    return ((2 * p.to(torch.float32) - 1).mean(-1) > 0).long()
+def magnetisation_labeller(core: float = 0.5) -> Labeller:
+    """Ising: the mean spin m of 2 p - 1 (p = p(v = 1 | h)); core labels 1 where m >= core, 0 where
+    m <= -core, -1 between."""
+    core = _check_core(core, 0.0, "ising_core")
+    return lambda p: core_labels((2 * p.to(torch.float32) - 1).mean(-1), core)
 
 
-def summarise(labels: torch.Tensor, start_label: int, cost: float) -> dict[str, float]:
-    """labels (T, C) -> jumps per chain per 10^4 sweeps, per cost, and the balance."""
-    jumps = float(count_mode_jumps(labels).float().mean()) * 1e4 / max(len(labels) - 1, 1)
-    share = float((labels == start_label).float().mean())
+def core_labels(score: torch.Tensor, core: float) -> torch.Tensor:
+    """score in [-1, 1] (positive towards mode 1) -> 1 (score >= core), 0 (score <= -core), else -1."""
+    out = torch.full(score.shape, -1, dtype=torch.long)
+    out[score >= core] = 1
+    out[score <= -core] = 0
+    return out
+
+
+def hold_labels(cores: torch.Tensor) -> torch.Tensor:
+    """Hysteresis: core labels (T, C) in {1, 0, -1} -> labels that keep their previous value while a
+    chain is outside both cores (-1 until its first core entry)."""
+    if cores.dim() != 2:
+        raise ValueError(f"core labels must be (T, C), got shape {tuple(cores.shape)}")
+    out = cores.clone()
+    for t in range(1, len(out)):
+        out[t] = torch.where(out[t] < 0, out[t - 1], out[t])
+    return out
+
+
+def count_transits(cores: torch.Tensor) -> torch.Tensor:
+    """Core-to-core transits per chain: (T, C) core labels -> (C,) changes of the held label (the
+    first core entry of an unlabelled chain is not a transit)."""
+    held = hold_labels(cores)
+    return ((held[1:] != held[:-1]) & (held[:-1] >= 0)).sum(0)
+
+
+def summarise(cores: torch.Tensor, start_label: int, cost: float) -> dict[str, float]:
+    """core labels (T, C) -> transits per chain per 10^4 sweeps, per cost, and the balance (share of
+    labelled sweeps in the start mode; 1/2 off when no sweep is labelled)."""
+    jumps = float(count_transits(cores).float().mean()) * 1e4 / max(len(cores) - 1, 1)
+    held = hold_labels(cores)
+    labelled = int((held >= 0).sum())
+    share = float((held == start_label).sum()) / labelled if labelled else 1.0
     return {"jumps": jumps, "jumps_per_cost": jumps / cost, "balance": abs(share - 0.5)}
 
 
