@@ -37,6 +37,7 @@ _ORDER = {PASS: 0, NOISE: 1, FAIL: 2}
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 MIN_SEEDS = 3
+MOST_SEEDS = 50     # seeds_needed searches up to this many, then says MOST_SEEDS + 1
 
 
 @dataclass
@@ -108,7 +109,7 @@ def t_interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float, 
     return mean, mean - half, mean + half
 
 
-def seeds_needed(samples: np.ndarray, level: float = 0.95, most: int = 50) -> int | None:
+def seeds_needed(samples: np.ndarray, level: float = 0.95, most: int = MOST_SEEDS) -> int | None:
     """The smallest n whose t-interval half-width t_{n-1} sd / sqrt(n) is below the mean margin,
     at the measured mean and spread; None when the mean margin is not positive."""
     from scipy import stats

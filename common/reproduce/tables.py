@@ -119,15 +119,13 @@ def judge_claims(base, table: TableResult, experiment: str) -> None:
     table.controls = controls
     table.level = level
     specs = [claim_spec(c) for c in base.claims]
-    for spec in specs:
+    known = [claim_spec(k, known=True) for k in base.known_failures]
+    for spec in specs + known:
         if spec.controls:
             check_controls(spec.controls, set(values), f"{experiment}, claim '{spec.claim}'")
     table.claims = [judge_spec(spec, values, controls, level) for spec in specs]
     table.known_failures = []
-    for k in base.known_failures:
-        spec = claim_spec(k, known=True)
-        if spec.controls:
-            check_controls(spec.controls, set(values), f"{experiment}, claim '{spec.claim}'")
+    for spec in known:
         result = judge_spec(spec, values, controls, level)
         result.why = fill(spec.why, values, result, table.seeds)
         table.known_failures.append(result)
@@ -236,8 +234,9 @@ def run_table(experiment: str, extra: list[str], fresh: bool, seeds: list[int] |
     if controls and base.table.get("sub_rows"):
         # a misspelt control fails before any run (without declared sub-rows: after the first seeds)
         check_controls(controls, set(base.table.rows) | set(base.table.get("sub_rows") or []), experiment)
-    for entry in [*(base.claims or []), *(base.known_failures or [])]:   # misspelt entries fail before any run
-        spec = claim_spec(entry, known=entry in (base.known_failures or []))
+    entries = [(e, False) for e in base.claims or []] + [(e, True) for e in base.known_failures or []]
+    for entry, is_known in entries:   # misspelt entries fail before any run
+        spec = claim_spec(entry, known=is_known)
         if spec.controls and base.table.get("sub_rows"):
             check_controls(spec.controls, set(base.table.rows) | set(base.table.sub_rows),
                            f"{experiment}, claim '{spec.claim}'")

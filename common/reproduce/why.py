@@ -21,10 +21,11 @@ import re
 import numpy as np
 
 from common.config import UserError
-from common.reproduce.claims import ClaimResult
+from common.reproduce.claims import MOST_SEEDS, ClaimResult
 
 PLACEHOLDER = re.compile(r"([~≈]?)\{([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\}")
-MOST_SEEDS = 50     # claims.seeds_needed searches up to this many seeds, then says most + 1
+LITERAL_DECIMAL = re.compile(r"\d\.\d")
+CLAIM_FIELDS = ("margin", "interval", "seeds", "per_seed", "seeds_needed")
 
 
 def seeds_needed_text(n: int | None, approx: str = "") -> str:
@@ -32,8 +33,6 @@ def seeds_needed_text(n: int | None, approx: str = "") -> str:
     if n is None:
         return "no number of"
     return f"more than {MOST_SEEDS}" if n > MOST_SEEDS else f"{approx}{n}"
-LITERAL_DECIMAL = re.compile(r"\d\.\d")
-CLAIM_FIELDS = ("margin", "interval", "seeds", "per_seed", "seeds_needed")
 
 
 def _num(x: float) -> str:
