@@ -1,3 +1,5 @@
+import copy
+import functools
 import os
 import sys
 from pathlib import Path
@@ -23,15 +25,18 @@ needs_fashion = pytest.mark.skipif(not has_fashion_mnist(),
                                    reason="Fashion-MNIST not on this machine (apt-get install dataset-fashion-mnist)")
 
 
-@pytest.fixture
-def compose_cfg():
-    """compose(overrides) -> the config scripts/train.py would see."""
+@functools.lru_cache(maxsize=None)
+def _composed(overrides: tuple[str, ...]):
     from hydra import compose, initialize_config_dir
 
     from common.config import CONFIG_DIR
 
-    def _compose(overrides):
-        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-            return compose("train", overrides=overrides)
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose("train", overrides=list(overrides))
 
-    return _compose
+
+@pytest.fixture
+def compose_cfg():
+    """compose(overrides) -> the config scripts/train.py would see. Composed once per worker and
+    overrides (several tests walk every experiment config), handed out as a copy a test may edit."""
+    return lambda overrides: copy.deepcopy(_composed(tuple(overrides)))

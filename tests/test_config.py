@@ -1,11 +1,13 @@
 """Config composition and the checks that run before anything is built (common/config.py,
 common/schema.py): every config composes and validates; bad input is one paragraph, exit 2."""
 import ast
+import re
 
 import pytest
 
 from common.config import CONFIG_DIR, UserError, check_choices, choices, compose_checked
-from common.reproduce.claims import claim_texts
+from common.reproduce.claims import check_controls, claim_spec, claim_texts
+from common.reproduce.tables import check_tuned_on, controls_of
 from common.schema import nearest, validate
 from common.target_types import check_targets
 
@@ -18,6 +20,7 @@ def test_every_experiment_composes_and_validates(compose_cfg, name):
     assert name.startswith(cfg.method.name + "_")
     validate(cfg)
     check_targets(cfg)   # method/eval values against their _target_ signatures
+    claim_rules_hold(name, cfg)
     for claim in claim_texts(cfg):  # name only rows the table runs
         rows = {n.value.id for n in ast.walk(ast.parse(claim, mode="eval")) if isinstance(n, ast.Attribute)}
         # a run may report several rows at once (`<row>/<metric>` metrics, e.g. procedures scored
@@ -92,3 +95,29 @@ def test_headline_selects_only_the_method_tier_table():
     assert "care_mini_sweep" in experiments("care", "mini")
     assert experiments("care", "mini", headline=True) == ["care_mini"]
     assert "care_mini" not in experiments("care", "paper", headline=True)
+
+
+def claim_rules_hold(name, cfg):
+    """An experiment config's claims obey the rules reproduce.py checks before the first run: entries
+    well formed, tuned_on present and not test, controls name rows it runs; a method's headline
+    table marks the paper's own finding (a claim or a known failure). Part of the walk over every
+    experiment above, which composes each config once."""
+    for entry in cfg.claims:
+        claim_spec(entry)
+    for entry in cfg.known_failures:
+        claim_spec(entry, known=True)
+    if re.fullmatch(r"[a-z0-9_]+_mini", name):
+        entries = [*cfg.claims, *cfg.known_failures]
+        assert any(not isinstance(e, str) and e.get("headline") for e in entries), \
+            f"{name}: a headline table without a headline claim"
+    if cfg.table is None:
+        return
+    check_tuned_on(name, cfg)
+    rows = set(cfg.table.rows) | set(cfg.table.get("sub_rows") or [])
+    controls = controls_of(cfg)
+    if controls and (cfg.table.get("sub_rows") or set(controls) <= set(cfg.table.rows)):
+        check_controls(controls, rows, name)
+    for entry, is_known in [(e, False) for e in cfg.claims] + [(e, True) for e in cfg.known_failures]:
+        own = claim_spec(entry, known=is_known).controls
+        if own and (cfg.table.get("sub_rows") or set(own) <= set(cfg.table.rows)):
+            check_controls(own, rows, f"{name}, claim '{entry['claim']}'")

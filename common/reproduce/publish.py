@@ -109,14 +109,23 @@ def status_matrix(tier: str = "mini") -> list[str]:
 REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTED = "REPRODUCED", "PARTLY", "NOT REPRODUCED", "NOT TESTED"
 
 
+def controlled(c: dict) -> bool:
+    """A claim had a naive stand-in judged (and failing it: else it is NOT DISCRIMINATING), or says
+    why none exists (`control: none` with a reason). A headline PASS without either would pass just
+    as well for a method that learned nothing, so it does not count towards the verdict."""
+    return bool(c.get("controls") or c.get("no_control"))
+
+
 def headline_verdict(main: dict | None, held: dict | None) -> tuple[str, int, int]:
-    """(verdict, headline claims that PASS discriminating on report and held-out seeds, headline
-    claims): REPRODUCED all, PARTLY some, NOT REPRODUCED none, NOT TESTED when none is declared."""
+    """(verdict, headline claims that PASS discriminating, with a judged control or a stated reason
+    for none, on report and held-out seeds; headline claims): REPRODUCED all, PARTLY some, NOT
+    REPRODUCED none, NOT TESTED when none is declared."""
     report = {k: c for k, c in _claims(main).items() if c.get("headline")}
     if not report:
         return NOT_TESTED, 0, 0
     held_out = _claims(held)
-    passed = sum(c["status"] == PASS and held_out.get(k, {}).get("status") == PASS for k, c in report.items())
+    passed = sum(c["status"] == PASS and controlled(c) and held_out.get(k, {}).get("status") == PASS
+                 for k, c in report.items())
     verdict = REPRODUCED if passed == len(report) else PARTLY if passed else NOT_REPRODUCED
     return verdict, passed, len(report)
 
@@ -129,7 +138,8 @@ def verdict_count(tier: str = "mini") -> str:
     n = {v: verdicts.count(v) for v in (REPRODUCED, PARTLY, NOT_REPRODUCED, NOT_TESTED)}
     return (f"Headline reproduced at the {tier} tier: **{n[REPRODUCED]} of {len(verdicts)} papers**, "
             f"{n[PARTLY]} partly, {n[NOT_REPRODUCED]} not reproduced, {n[NOT_TESTED]} not tested "
-            f"(a headline claim counts when it PASSes, discriminating, on the report and the held-out seeds).")
+            f"(a headline claim counts when it PASSes, discriminating against a judged control or with a stated "
+            f"reason that none exists, on the report and the held-out seeds).")
 
 
 def _method_names() -> list[str]:
