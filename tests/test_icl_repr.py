@@ -1,6 +1,7 @@
 """icl_repr (issue #49): Φ* against its formula, Haar weights, seeds, the first layer's second
 moment, the prompt variances, the Bayes rule against the Gaussian posterior mean per prefix and
-below other penalties, the probes against scikit-learn, the controls, bad input, one smoke run."""
+below other penalties, its risk against σ² plus the posterior predictive variance (Monte Carlo), the probes
+against scikit-learn and their token indices against a stub model, the controls, bad input, one smoke run."""
 import math
 
 import numpy as np
@@ -132,6 +133,62 @@ def test_probe_r2_is_scikit_learn_ridge_with_variance_weighted_r2(targets):
                             multioutput="variance_weighted")
         assert probe_r2(h, t, hv, tv, alpha) == pytest.approx(expected, rel=1e-10, abs=1e-12)
         assert probe_r2(torch.tensor(h), torch.tensor(t), torch.tensor(hv), torch.tensor(tv), alpha) == pytest.approx(expected, rel=1e-10)
+
+
+class _IndexedStates(torch.nn.Module):
+    """A stub model whose hidden states encode what each token should hold: state 0 puts [Φ*(x_i),
+    Bayes_i] on the x token 2i and noise on the y token 2i + 1; state 1 the reverse."""
+
+    def __init__(self, phi, bayes):
+        super().__init__()
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+        self.phi, self.bayes = phi, bayes
+
+    def hidden_states(self, xs, ys):
+        b, k = ys.shape
+        signal = torch.cat([self.phi, self.bayes[..., None]], dim=-1)           # (B, k, D + 1)
+        noise = torch.randn(b, k, signal.shape[-1], generator=torch.Generator().manual_seed(7), dtype=signal.dtype)
+        s0 = torch.stack([signal, noise], dim=2).reshape(b, 2 * k, -1)          # x token 2i, y token 2i + 1
+        s1 = torch.stack([noise, signal], dim=2).reshape(b, 2 * k, -1)
+        return s0, s1
+
+
+def test_probes_read_x_tokens_at_2i_y_tokens_at_2i_plus_1_from_position_k_over_2():
+    from methods.icl_repr.probes import probe_curves
+
+    gen = torch.Generator().manual_seed(0)
+    b, k, d_rep = 60, 8, 3
+    phi = torch.randn(b, k, d_rep, generator=gen, dtype=torch.float64)
+    bayes = torch.randn(b, k, generator=gen, dtype=torch.float64)
+    # the first k/2 positions carry targets the states do not encode: a probe that used them would fit worse
+    phi[:, : k // 2], bayes[:, : k // 2] = 0.0, 0.0
+    states_phi = phi.clone()
+    states_phi[:, : k // 2] = torch.randn(b, k // 2, d_rep, generator=gen, dtype=torch.float64)
+    model = _IndexedStates(states_phi, bayes)
+    xs, ys = torch.randn(b, k, 2, generator=gen), torch.randn(b, k, generator=gen)
+    curves = probe_curves(model, xs, ys, phi, bayes, alpha=1e-6)
+    assert curves["phi_x"][0] > 0.999 and curves["bayes_x"][0] > 0.999 and curves["phi_y"][1] > 0.999
+    assert curves["phi_x"][1] < 0.2 and curves["bayes_x"][1] < 0.2 and curves["phi_y"][0] < 0.2
+
+
+def test_bayes_risk_is_noise_plus_posterior_predictive_variance_monte_carlo():
+    """Over prompts with w from the prior, the Bayes row's risk at position i is σ² + E φ_iᵀ Σ_i φ_i with
+    Σ_i = (F_iᵀF_i/σ² + D I)⁻¹ from the prefix (the exact conditional risk averaged over the same x's),
+    and no ridge penalty on Φ*(x) does better."""
+    rep = RandomRepresentation(3, 4, 2, seed=5)
+    sigma, d_rep, k = 0.5, 4, 6
+    xs, ys, _ = sample_prompts(rep, 20000, k, sigma, torch.Generator().manual_seed(1), dtype=torch.float64)
+    curve = ((bayes_predictions(xs, ys, rep, sigma) - ys) ** 2).mean(0)
+    phi = rep.rep(xs)
+    expected = []
+    for i in range(k):
+        prec = phi[:, :i].transpose(1, 2) @ phi[:, :i] / sigma ** 2 + d_rep * torch.eye(d_rep, dtype=torch.float64)
+        var = (phi[:, i, None, :] @ torch.linalg.solve(prec, phi[:, i, :, None])).squeeze()
+        expected.append(sigma ** 2 + var.mean())
+    torch.testing.assert_close(curve, torch.stack(expected), rtol=0.03, atol=0)
+    bayes = float(curve[1:].mean())
+    for lam in (0.0, 0.25, 0.5, 2.0, 4.0):           # σ²D = 1.0 is the Bayes penalty
+        assert bayes < risks(ridge_predictions(phi, ys, lam), ys)["risk"]
 
 
 def test_probe_metrics_choose_their_layers():
