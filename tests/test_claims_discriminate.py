@@ -73,6 +73,14 @@ def test_a_headline_left_without_a_control_says_so():
     assert "No control judged" not in claim_line(r)        # only headlines are held to it
 
 
+def test_a_known_failure_passing_only_on_held_out_seeds_is_not_sent_back_to_claims():
+    r = judge_spec(ClaimSpec("method.err < zero.err"), values(method=METHOD, zero=ZERO), {})
+    assert r.status == PASS
+    assert "move it back to claims" in claim_line(r, known=True)
+    line = claim_line(r, known=True, held_out=True)
+    assert "PASSES on these held-out seeds" in line and "move it back" not in line
+
+
 def test_a_control_that_is_not_a_row_is_a_config_error():
     with pytest.raises(UserError, match="ridg") as err:
         check_controls({"method": ["ridg"]}, {"method", "ridge"}, "x_mini")

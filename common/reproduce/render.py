@@ -32,13 +32,15 @@ def _controls(c: ClaimResult) -> str:
     return (" " + "; ".join(parts) + ".") if parts else ""
 
 
-def claim_line(c: ClaimResult, known: bool = False) -> str:
+def claim_line(c: ClaimResult, known: bool = False, held_out: bool = False) -> str:
     needed = ""
     if c.status == NOISE and c.seeds_needed:
         needed = f"; {seeds_needed_text(c.seeds_needed, '≈')} seeds would resolve it at this margin and spread"
     tag = "**headline** " if c.headline else ""
     if known:
-        note = "now PASSES: move it back to claims" if c.status == PASS else c.status
+        # on held-out seeds a pass alone is no reason to move it back: the report seeds decide
+        note = ("PASSES on these held-out seeds" if held_out else "now PASSES: move it back to claims") \
+            if c.status == PASS else c.status
         return f"- {tag}NOT REPRODUCED ({note}): `{c.claim}` ({c.values}; {_interval(c)}{needed}). {c.why}{_controls(c)}"
     return f"- {tag}{c.status}: `{c.claim}` ({c.values}; {_interval(c)}{needed}).{_controls(c)}"
 
@@ -82,7 +84,7 @@ def table_markdown(t: TableResult, level: str = "##") -> list[str]:
         lines += [f"Claims (paired over seeds; margin > 0 means the claim holds; {t.level * 100:g}% t-interval"
                   + (", as the table may extend its seeds: two looks at the data" if t.level > 0.95 else "")
                   + "):", ""]
-        lines += [claim_line(c) for c in t.claims] + [claim_line(k, known=True) for k in t.known_failures]
+        lines += [claim_line(c) for c in t.claims] + [claim_line(k, known=True, held_out=t.held_out) for k in t.known_failures]
     if t.rejudged:
         lines += ["", f"Claims re-judged on the recorded runs at `{t.rejudged.get('git_sha', '?')[:8]}` "
                   f"({t.rejudged.get('time', '?')[:10]}): the code and settings that produced the runs are unchanged."]
