@@ -1,9 +1,12 @@
 """Stacked Tempering (issue #53), training and measurement: the PCD gradient against autograd, mode
 jumps and hysteresis labels against slow loops, the cost ratio, the Ising energy and Wolff sampler
-against enumeration, and bad input. The samplers' exact laws are in test_stacked_tempering.py."""
+against enumeration, `summarise`'s normalisations, one `train_rbm` update written out (sign, l2 on W
+only), the upper layers of `init_stack` and `train_stack` against enumerated laws, and bad input. The
+samplers' exact laws are in test_stacked_tempering.py."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -146,3 +149,87 @@ def test_logistic_labeller_cores_are_classifier_probabilities():
     assert (got[:-1] == want[:-1]).mean() > 0.99 and got[-1] == -1   # float32 vs sklearn's float64
     with pytest.raises(ValueError, match="prob_core"):
         logistic_labeller(x, y, core=0.4)
+
+
+# ---------------------------------------------------------------- pieces the cold read found untested
+
+def test_summarise_normalises_transits_per_chain_per_10k_sweeps_cost_and_balance():
+    from methods.stacked_tempering.measure import summarise
+
+    # held labels: chain 0 -> 1 1 0 0 1 (2 transits), chain 1 -> 0 0 1 1 1 (1 transit)
+    cores = torch.tensor([[1, 0], [-1, 0], [0, 1], [0, -1], [1, 1]])
+    out = summarise(cores, start_label=1, cost=2.0)
+    assert out["jumps"] == pytest.approx(1.5 * 1e4 / 4)            # mean over chains, per 10^4 of T - 1 sweeps
+    assert out["jumps_per_cost"] == pytest.approx(1.5 * 1e4 / 4 / 2.0)
+    assert out["balance"] == pytest.approx(abs(6 / 10 - 0.5))      # 6 of 10 labelled sweeps in mode 1
+
+
+@pytest.mark.parametrize("l2", [0.0, 0.3])
+def test_train_rbm_ascends_the_pcd_gradient_with_l2_on_w_only(l2):
+    """One SGD(η) update from a fixed generator, written out: W += η (dW - l2 W), a += η da, b += η db
+    with (dW, da, db) the likelihood's ascent direction on the same batch and the same persistent chains."""
+    from methods.stacked_tempering.sampler import gibbs_step
+    from methods.stacked_tempering.train import init_visible_bias, train_rbm
+
+    data = (torch.rand(12, 5, generator=torch.Generator().manual_seed(1)) < 0.4).double()
+    lr = 0.05
+    r = rbm(5, 3, 2)
+    ref = rbm(5, 3, 2)
+    init_visible_bias(ref, data)
+    g = torch.Generator().manual_seed(3)
+    chains = data[torch.randint(len(data), (7,), generator=g)]
+    order = torch.randperm(len(data), generator=g)
+    chains, _ = gibbs_step(ref, chains, g)
+    dw, da, db = pcd_gradient(ref, data[order], chains)
+    w0, a0, b0 = ref.weight.detach().clone(), ref.visible_bias.detach().clone(), ref.hidden_bias.detach().clone()
+    train_rbm(r, data, epochs=1, batch_size=len(data), optimizer=lambda p: torch.optim.SGD(p, lr=lr),
+              pcd_steps=1, num_chains=7, l2=l2, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(r.weight.detach(), w0 + lr * (dw - l2 * w0))
+    torch.testing.assert_close(r.visible_bias.detach(), a0 + lr * da)     # no decay on the biases
+    torch.testing.assert_close(r.hidden_bias.detach(), b0 + lr * db)
+
+
+def test_init_stack_upper_layers_follow_the_bottom_up_chain_of_conditionals():
+    """Layer l's visible state: the law of v_l is sum over h_0..h_l of p_0(h_0|v0) p_1(h_1|h_0) ...
+    p_l(h_l|h_{l-1}) p_l(v|h_l), enumerated on a 3-RBM stack, against 50,000 draws."""
+    from tests.test_stacked_tempering import bernoulli, states, tiny_stack
+
+    rbms = [r.float() for r in tiny_stack()]
+    n = 50_000
+    v0 = torch.tensor([[1.0, 0.0]]).expand(n, -1)
+    with torch.no_grad():
+        vs, _ = init_stack(rbms, v0, torch.Generator().manual_seed(4))
+        law = {(1.0, 0.0): 1.0}                         # law of the layer's input, over its states
+        for level, r in enumerate(rbms):
+            hidden = {}
+            for x, p in law.items():
+                ph = r.hidden_probs(torch.tensor([x]))[0].double()
+                for h in states(r.num_hidden):
+                    key = tuple(h.tolist())
+                    hidden[key] = hidden.get(key, 0.0) + p * bernoulli(ph, h)
+            mean_v = sum(p * r.visible_probs(torch.tensor([h]))[0].double() for h, p in hidden.items())
+            assert (vs[level].mean(0).double() - mean_v).abs().max() < 5 * math.sqrt(0.25 / n), level
+            law = hidden
+
+
+def test_train_stack_feeds_each_upper_rbm_hidden_samples_of_the_one_below():
+    """With no epochs, an upper RBM's visible bias is the logit of its first input's mean: for RBM 2 the
+    mean of h ~ p_1(h | data) is E p_1(h | v) over the data, for RBM 3 E_data sum_h1 p_1(h1|v) p_2(h|h1)."""
+    from methods.stacked_tempering.train import train_stack
+    from tests.test_stacked_tempering import states
+
+    g = torch.Generator().manual_seed(0)
+    data = (torch.rand(40_000, 4, generator=g) < torch.tensor([0.2, 0.5, 0.7, 0.9])).float()
+    rbm1 = rbm(4, 3, 5).float()
+    stack = train_stack(rbm1, data, [2, 2], epochs=0, batch_size=100,
+                        optimizer=lambda p: torch.optim.SGD(p, lr=0.1), generator=g)
+    assert [(r.num_visible, r.num_hidden) for r in stack] == [(4, 3), (3, 2), (2, 2)]
+    with torch.no_grad():
+        p1 = rbm1.hidden_probs(data).double().mean(0)
+        torch.testing.assert_close(torch.sigmoid(stack[1].visible_bias.double()), p1, atol=0.01, rtol=0)
+        ph1 = rbm1.hidden_probs(data).double()
+        mean2 = torch.zeros(2, dtype=torch.float64)
+        for h in states(3):
+            p_h = torch.where(h == 1, ph1, 1 - ph1).prod(1).mean()
+            mean2 += p_h * stack[1].hidden_probs(h[None].float())[0].double()
+    torch.testing.assert_close(torch.sigmoid(stack[2].visible_bias.double()), mean2, atol=0.01, rtol=0)
