@@ -105,5 +105,5 @@ def distill(make_model: Callable[[], nn.Module], x_init: torch.Tensor, y_init: t
         sched.step()
         pool.update(j, syn.images.detach(), syn.targets.detach())
         if log is not None:
-            log({"outer_loss": float(loss)}, step)
+            log({"outer_loss": float(loss.detach())}, step)
     return syn
