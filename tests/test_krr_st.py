@@ -172,7 +172,9 @@ def test_run_level_bad_input():
     d = _fake_data()
     with pytest.raises(ValueError, match="larger than the source set"):
         pretrained_student(_cfg("method.num_images=41", "method.head_dim=6"), None, "krr_st", d, 0)
-    with pytest.raises(ValueError, match="head_dim = 64 differs"):
+    with pytest.raises(ValueError, match="multiple of"):
+        pretrained_student(_cfg("method.num_images=6"), None, "random_sup", d, 0)
+    with pytest.raises(ValueError, match="head_dim = 64 differs from the dim of g"):
         pretrained_student(_cfg(), None, "random_target", d, 0)
     with pytest.raises(ValueError, match="fewer than per_class"):
         transfer_metrics(_cfg(), ConvNet(1, 6, channels=(4,), img_size=14), d, 0, labels_per_class=11)

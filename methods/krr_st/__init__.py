@@ -19,9 +19,11 @@ from methods.krr_st.train import accuracy, batches, distill, finetune, pretrain
 ROWS = ("krr_st", "random_target", "krr_sup", "random_sup", "kmeans_sup", "no_pretrain", "full_target")
 
 
-def build(cfg) -> ConvNet:
-    """A student from the config alone: ConvNet at the students' side, head width method.head_dim."""
-    return instantiate(cfg.method.network, in_chans=cfg.dataset.in_chans, num_classes=int(cfg.method.head_dim),
+def build(cfg, head_dim: int | None = None) -> ConvNet:
+    """A student from the config alone: ConvNet at the students' side, head width method.head_dim
+    (the dim of g) unless given (the source classes, for the supervised rows)."""
+    head = int(cfg.method.head_dim) if head_dim is None else int(head_dim)
+    return instantiate(cfg.method.network, in_chans=cfg.dataset.in_chans, num_classes=head,
                        img_size=int(cfg.method.student_side))
 
 
@@ -53,12 +55,11 @@ def pretrained_student(cfg, ctx, row: str, d: dict, seed: int, log=None) -> tupl
     if num > n:
         raise ValueError(f"num_images m = {num} is larger than the source set ({n} images)")
     num_classes = int(y.max()) + 1
-    make_model = lambda: build(cfg)   # noqa: E731
-    head = int(m.head_dim)
-    target_dim = num_classes if row in ("krr_sup", "random_sup", "kmeans_sup") else reps.shape[1]
-    if row != "no_pretrain" and head != target_dim:
-        raise ValueError(f"row '{row}': the students' head width method.head_dim = {head} differs from the target "
-                         f"dimension {target_dim} ({'source classes' if target_dim == num_classes else 'dim of g'})")
+    supervised = row in ("krr_sup", "random_sup", "kmeans_sup")
+    make_model = lambda: build(cfg, num_classes if supervised else None)   # noqa: E731
+    if row in ("krr_st", "random_target", "full_target") and int(m.head_dim) != reps.shape[1]:
+        raise ValueError(f"row '{row}': the students' head width method.head_dim = {int(m.head_dim)} differs from "
+                         f"the dim of g, {reps.shape[1]}")
     stats: dict[str, float] = {}
     student = make_model()
     if row == "no_pretrain":
@@ -113,16 +114,26 @@ def transfer_metrics(cfg, student: torch.nn.Module, d: dict, seed: int, labels_p
 
 
 def run(cfg, ctx) -> dict[str, float]:
-    """Target encoder (cached ctx.trainer stage), the row's set (distilled or real), pretraining,
-    then transfer to the target task: finetune_acc and probe_acc (%)."""
+    """Target encoder (cached ctx.trainer stage), then for each row of method.rows: its set
+    (distilled or real), pretraining and transfer to the target task: finetune_acc and probe_acc
+    (%), named `<row>/<metric>` when there are several rows (one run reports every row of a seed:
+    they share the source subset, the target labels and g)."""
     m = cfg.method
     seed = int(ctx.seed)
+    rows = list(m.rows)
+    if not rows or len(set(rows)) != len(rows):
+        raise UserError(f"method.rows must be a non-empty list of distinct rows, got {rows}", exit_code=2)
     d = prepare(cfg, ctx)
     every = max(1, int(m.log_every))
-    log = lambda row, step: ctx.log(row, step=step) if step % every == 0 else None   # noqa: E731
-    student, stats = pretrained_student(cfg, ctx, m.row, d, seed, log=log)
-    out = dict(stats)
-    out.update(transfer_metrics(cfg, student, d, seed, int(m.target.labels_per_class)))
+    out: dict[str, float] = {}
+    for row in rows:
+        name = "" if len(rows) == 1 else f"{row}/"
+        log = lambda r, step: ctx.log({name + k: v for k, v in r.items()}, step=step) if step % every == 0 else None   # noqa: E731
+        torch.manual_seed(seed)       # every row's networks start from the same global RNG state
+        student, stats = pretrained_student(cfg, ctx, row, d, seed, log=log)
+        torch.manual_seed(seed)
+        metrics = dict(stats, **transfer_metrics(cfg, student, d, seed, int(m.target.labels_per_class)))
+        out.update({name + k: v for k, v in metrics.items()})
     return out
 
 

@@ -26,9 +26,8 @@ def main() -> None:
     seeds, ks = [int(s) for s in args.seeds.split(",")], [int(k) for k in args.ks.split(",")]
     lrs = [float(v) for v in args.lrs.split(",")]
     rows = {f"krr_st_lr{lr:g}": ("krr_st", [f"method.distill.lr={lr}"]) for lr in lrs}
-    rows.update(random_target=("random_target", []), krr_sup=("krr_sup", ["method.head_dim=10"]),
-                random_sup=("random_sup", ["method.head_dim=10"]), kmeans_sup=("kmeans_sup", ["method.head_dim=10"]),
-                no_pretrain=("no_pretrain", []), full_target=("full_target", []))
+    rows.update({r: (r, []) for r in ("random_target", "krr_sup", "random_sup", "kmeans_sup", "no_pretrain",
+                                      "full_target")})
     res: dict = {}
     for seed in seeds:
         base = ["method=krr_st", f"seed={seed}", "method.target.eval_on=val", "hardware.threads=1",
@@ -36,7 +35,7 @@ def main() -> None:
         with open_run(compose_checked(base)) as ctx:
             d = prepare(ctx.cfg, ctx)
             for name, (row, over) in rows.items():
-                cfg = compose_checked(base + [f"method.row={row}"] + over)
+                cfg = compose_checked(base + over)
                 torch.manual_seed(seed)
                 student, stats = pretrained_student(cfg, ctx, row, d, seed)
                 for k in ks:
