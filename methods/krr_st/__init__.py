@@ -83,10 +83,19 @@ def pretrained_student(cfg, ctx, row: str, d: dict, seed: int, log=None) -> tupl
     if row in ("krr_st", "krr_sup"):
         dc = m.distill
         targets_all = reps if row == "krr_st" else F.one_hot(y, num_classes).float()
+        last: dict = {}
+
+        def log_last(r: dict, step: int) -> None:
+            last.update(r)
+            if log is not None:
+                log(r, step)
+
         syn = distill(make_model, xs, ts, x, targets_all, int(dc.steps), int(dc.batch_size), float(dc.lr),
                       int(dc.num_models), int(dc.online_steps), _generator(seed, 1), float(dc.rel_ridge),
                       float(dc.online_lr), float(dc.online_momentum), float(dc.online_weight_decay),
-                      float(dc.end_factor), log=log)
+                      float(dc.end_factor), log=log_last)
+        if last:
+            stats["outer_loss"] = float(last["outer_loss"])
         stats["image_shift"] = float((syn.images.detach() - xs).norm() / xs.norm())
         stats["target_shift"] = float((syn.targets.detach() - ts).norm() / ts.norm())
         xs, ts = syn.images.detach(), syn.targets.detach()

@@ -12,8 +12,11 @@ from common.distill import cached, data_digest
 
 
 def to_student(images: torch.Tensor, side: int) -> torch.Tensor:
-    """uint8 (N, C, 28, 28) -> float (N, C, side, side) in [-1, 1] by average pooling (28 -> 14: 2x2)."""
+    """uint8 (N, C, H, H) -> float (N, C, side, side) in [-1, 1]: average pooling when side divides H
+    (28 -> 14: 2x2), bilinear upsampling when side > H (a 32x32 target for 64x64 students)."""
     x = images.float() / 255.0
+    if side > x.shape[-1]:
+        return F.interpolate(x, size=(side, side), mode="bilinear", align_corners=False) * 2.0 - 1.0
     if x.shape[-1] % side:
         raise ValueError(f"images of side {x.shape[-1]} do not pool evenly to side {side}")
     k = x.shape[-1] // side
@@ -22,6 +25,8 @@ def to_student(images: torch.Tensor, side: int) -> torch.Tensor:
 
 def source_images(ds_cfg) -> tuple[torch.Tensor, torch.Tensor]:
     """The source set: the `dataset.train_size` images SimCLR pre-trains on (image_splits' train)."""
+    if ds_cfg.name == "tinyimagenet":       # the loader registers itself on import (paper tier)
+        import common.data.tinyimagenet  # noqa: F401
     return data.image_splits(ds_cfg)["train"]
 
 
