@@ -228,3 +228,16 @@ def test_schedule_rejects_second_growth_inside_the_first_ramp():
     cfg.method.msg.ramp = 0
     with pytest.raises(UserError):
         schedule(cfg)
+
+
+@pytest.mark.parametrize("exp", ["msg_mini", "msg_paper_bert_base", "msg_paper_bert_large", "msg_paper_gpt2"])
+def test_configured_schedules_are_valid_and_end_at_the_target(exp):
+    from common.config import compose_checked
+    from methods.msg.train import _msg_stage_steps, schedule
+    cfg = compose_checked([f"experiment={exp}"])
+    growths = schedule(cfg)
+    start = GPT(GPTConfig(vocab_size=5, **{k: cfg.method.model[k] for k in ("n_positions", "n_embd", "n_layer",
+                                                                             "n_head", "n_inner")}))
+    final = _msg_stage_steps(cfg, start)[-1][0]
+    assert {k: getattr(final, k) for k in ("n_embd", "n_head", "n_inner", "n_layer")} == dict(cfg.method.target)
+    assert growths[-1][0] + int(cfg.method.msg.ramp) <= int(cfg.trainer.max_steps)

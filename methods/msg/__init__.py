@@ -29,8 +29,10 @@ def _corpus(cfg):
 
 
 def build(cfg) -> TinyLM:
-    """The start (small) model; its vocabulary is the tokenizer's."""
-    return instantiate(cfg.method.model, vocab_size=_corpus(cfg)[0].vocab_size)
+    """The start (small) model; its vocabulary is `method.data.vocab_size` when set (paper tier: the
+    BPE of the paper's corpus), else the char tokenizer's."""
+    vocab = cfg.method.data.get("vocab_size")
+    return instantiate(cfg.method.model, vocab_size=int(vocab) if vocab else _corpus(cfg)[0].vocab_size)
 
 
 @torch.no_grad()

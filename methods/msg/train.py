@@ -53,16 +53,33 @@ def train_flops(stages) -> int:
 
 
 def schedule(cfg) -> list[tuple[int, dict]]:
-    """[(s1, width sizes), (s2, {n_layer})] from `method.msg`; exit 2 unless 0 < s1, s1 + ramp <= s2 and
-    s2 + ramp <= max_steps."""
+    """The growths [(step, sizes)]: `method.msg.growths` (a list of {at: step, <size>: value}, e.g. the
+    official five-stage BERT schedule) or, when null, width (n_embd, n_head, n_inner of
+    `method.target`) at s1 and n_layer at s2. Exit 2 unless each growth starts after the previous
+    ramp ends (at >= previous + ramp, first > 0) and the last ramp ends by max_steps."""
     m, target, n = cfg.method.msg, cfg.method.target, int(cfg.trainer.max_steps)
-    s1, s2, ramp = int(m.s1), int(m.s2), int(m.ramp)
+    ramp = int(m.ramp)
     if ramp < 1:
         raise UserError(f"method.msg.ramp must be >= 1, got {ramp}", exit_code=2)
-    if not (0 < s1 and s1 + ramp <= s2 and s2 + ramp <= n):
-        raise UserError(f"method.msg needs 0 < s1, s2 >= s1 + ramp and s2 + ramp <= trainer.max_steps; got s1={s1}, "
-                        f"s2={s2}, ramp={ramp}, max_steps={n}", exit_code=2)
-    return [(s1, {k: int(target[k]) for k in WIDTH}), (s2, {"n_layer": int(target.n_layer)})]
+    if m.get("growths"):
+        growths = []
+        for g in m.growths:
+            sizes = {k: int(v) for k, v in g.items() if k != "at"}
+            if not sizes or set(sizes) - {*WIDTH, "n_layer"}:
+                raise UserError(f"method.msg.growths: each entry is {{at, n_embd|n_head|n_inner|n_layer}}, got {dict(g)}",
+                                exit_code=2)
+            growths.append((int(g["at"]), sizes))
+    else:
+        growths = [(int(m.s1), {k: int(target[k]) for k in WIDTH}), (int(m.s2), {"n_layer": int(target.n_layer)})]
+    prev = None
+    for at, _ in growths:
+        if (prev is None and at <= 0) or (prev is not None and at < prev + ramp):
+            raise UserError(f"method.msg: each growth must start after the previous ramp (s2 >= s1 + ramp), first > 0; "
+                            f"got growth steps {[a for a, _ in growths]} with ramp {ramp}", exit_code=2)
+        prev = at
+    if prev + ramp > n:
+        raise UserError(f"method.msg: the last ramp ({prev} + {ramp}) ends after trainer.max_steps={n}", exit_code=2)
+    return growths
 
 
 def _optimizer(cfg, model: torch.nn.Module, old_model=None, old_opt=None):
@@ -88,7 +105,7 @@ def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None) -> t
     n, batch, t = int(tr.max_steps), int(tr.batch_size), int(cfg.method.model.n_positions)
     growths = schedule(cfg)
     ramp = int(m.ramp)
-    target_cfg = _grown_config(start.config, {k: int(cfg.method.target[k]) for k in (*WIDTH, "n_layer")})
+    target_cfg = _msg_stage_steps(cfg, start)[-1][0]
     stages = [(c, k, batch, t) for c, k in _msg_stage_steps(cfg, start)]
     steps = n
     if mode == "scratch_matched":   # the target trained for msg's FLOPs (rounded down to whole steps)
