@@ -96,8 +96,9 @@ def _optimizer(cfg, model: torch.nn.Module, old_model=None, old_opt=None):
     return opt
 
 
-def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None) -> tuple[GPT, dict]:
-    """Run the row's loop; (final plain GPT, metrics: train_flops, loss_jump, sub-row jumps, curve)."""
+def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None, on_step=None) -> tuple[GPT, dict]:
+    """Run the row's loop; (final plain GPT, metrics: train_flops, steps, loss_jump (max |jump| over the
+    growths) and, for msg, the sub-rows' jumps). `on_step(model, steps_done)` after each update."""
     m, tr = cfg.method.msg, cfg.trainer
     mode = str(m.mode)
     if mode not in MODES:
@@ -127,7 +128,6 @@ def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None) -> t
     jumps: dict[str, list[float]] = {"": [], "no_mask/": [], "net2net/": []}
     grow_at = {s: sizes for s, sizes in growths} if mode in ("msg", "no_mask", "net2net") else {}
     current = None   # (grow step) of the growth in flight
-    curve = []
     for step in range(steps):
         if step in grow_at:
             sizes = grow_at[step]
@@ -169,6 +169,8 @@ def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None) -> t
         if tr.clip_grad:
             torch.nn.utils.clip_grad_norm_(model.parameters(), float(tr.clip_grad))
         opt.step()
+        if on_step is not None:
+            on_step(model, step + 1)
         if log is not None and ((step + 1) % int(tr.log_every) == 0 or step + 1 == steps):
             log({"loss": float(loss.detach()), "lr": opt.param_groups[0]["lr"]}, step + 1)
     if isinstance(model, MSGGPT):
