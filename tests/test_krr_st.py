@@ -189,3 +189,12 @@ def test_rows_share_the_initial_images_and_random_target_keeps_g_of_them():
     assert stats["image_shift"] > 0 and stats["target_shift"] > 0
     _, stats = pretrained_student(cfg, None, "random_target", d, 0)
     assert stats == {}
+
+
+def test_pool_init_leaves_batchnorm_statistics_to_the_training_steps_alone():
+    """The head-width check runs in eval mode: after init a BatchNorm model's running statistics are
+    those of its u training steps (num_batches_tracked == u), as in the official model_pool.init."""
+    make = lambda: nn.Sequential(nn.Flatten(), nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))  # noqa: E731
+    pool = ModelPool(make, 5, 4, torch.Generator().manual_seed(0))
+    pool.init(torch.randn(8, 4), torch.randn(8, 2))
+    assert [int(m[2].num_batches_tracked) for m in pool.models] == pool.steps

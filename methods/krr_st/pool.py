@@ -53,8 +53,8 @@ class ModelPool:
         self.models, self.optimizers, self.steps = [], [], []
         for _ in range(self.num_models):
             model, opt = self._fresh()
-            with torch.no_grad():
-                out = model(x[:1])
+            with torch.no_grad():           # eval mode: the check must not move BatchNorm's running statistics
+                out = model.eval()(x[:1])
             if out.shape[1:] != y.shape[1:]:
                 raise ValueError(f"the students' head width {tuple(out.shape[1:])} differs from the targets' "
                                  f"dimension {tuple(y.shape[1:])}")

@@ -97,10 +97,9 @@ def distill(make_model: Callable[[], nn.Module], x_init: torch.Tensor, y_init: t
         j = int(torch.randint(num_models, (1,), generator=generator))
         model = pool.models[j].eval()
         idx = next(it)
-        opt.zero_grad(set_to_none=True)
         loss = krr_outer_loss(model.embed, syn.images, syn.targets, x_source[idx], y_source[idx], rel_ridge)
-        loss.backward()
-        model.zero_grad(set_to_none=True)
+        # gradients for X_s and Y_s only (as the official distill.py), none for the pool model's weights
+        syn.images.grad, syn.targets.grad = torch.autograd.grad(loss, [syn.images, syn.targets])
         opt.step()
         sched.step()
         pool.update(j, syn.images.detach(), syn.targets.detach())
