@@ -39,6 +39,34 @@ def test_official_normalizer_is_xor_66_for_64():
     assert ratio == pytest.approx(64 * 64 / 66, rel=1e-5)
 
 
+def _official_gram_loss(unsup_f, sup_f, real_bs, square):
+    """The official `gram_loss` (trainers/normal_trainer.py, labeled and unlabeled clients) written
+    out line by line; `square=True` replaces its `real_bs ^ 2` (a Python xor) by real_bs ** 2."""
+    unsup_sim_f = unsup_f[:real_bs]
+    sup_sim_f = sup_f[:real_bs]
+    unsup_sim_f = unsup_sim_f / torch.norm(unsup_sim_f, dim=1, keepdim=True)
+    sup_sim_f = sup_sim_f / torch.norm(sup_sim_f, dim=1, keepdim=True)
+    unsup_gram_matrix = torch.mm(unsup_sim_f, unsup_sim_f.t())
+    sup_gram_matrix = torch.mm(sup_sim_f, sup_sim_f.t())
+    return torch.sum(torch.pow((unsup_gram_matrix - sup_gram_matrix), 2) / (real_bs ** 2 if square else real_bs ^ 2))
+
+
+@pytest.mark.parametrize("b", [3, 7, 64])
+def test_neighbourhood_loss_matches_the_official_transcription(b):
+    # the official features are cat(x_w, x_s) of both twins; the loss reads the weak half only
+    fu, fs = torch.randn(2 * b, 9, generator=_gen(20)), torch.randn(2 * b, 5, generator=_gen(21))
+    for normalizer, square in (("square", True), ("official", False)):
+        want = float(_official_gram_loss(fu, fs, b, square))
+        assert float(neighbourhood_loss(fu[:b], fs[:b], normalizer)) == pytest.approx(want, rel=1e-5)
+
+
+def test_official_normalizer_at_batch_two_raises():
+    fu, fs = torch.randn(2, 3, generator=_gen(22)), torch.randn(2, 3, generator=_gen(23))
+    assert float(neighbourhood_loss(fu, fs, "square")) >= 0     # 2 xor 2 = 0 only breaks the official one
+    with pytest.raises(ValueError, match="xor"):
+        neighbourhood_loss(fu, fs, "official")
+
+
 def test_neighbourhood_loss_is_zero_under_rotation_and_row_scaling():
     fu = torch.randn(8, 4, generator=_gen(4), dtype=torch.float64)
     q, _ = torch.linalg.qr(torch.randn(4, 4, generator=_gen(5), dtype=torch.float64))
@@ -144,3 +172,13 @@ def test_twin_model_shapes_and_separate_weights():
     enc = TinyCNN(1, 28, 16)
     with pytest.raises(ValueError):
         TwinModel(enc, enc, feat_dim=16)
+
+
+def test_tiny_cnn_final_relu_and_batchnorm_options():
+    torch.manual_seed(0)
+    x = torch.rand(6, 1, 28, 28)
+    assert float(TinyCNN(1, 28, 16)(x).min()) >= 0                          # the ReLU head: nonnegative
+    assert float(TinyCNN(1, 28, 16, final_relu=False)(x).min()) < 0         # signed features
+    bn = TinyCNN(1, 28, 16, batchnorm=True)
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in bn.modules()) == 2
+    assert bn(x).shape == (6, 16)

@@ -38,9 +38,11 @@ def neighbourhood_loss(feat_u: torch.Tensor, feat_s: torch.Tensor, normalizer: s
         raise ValueError(f"the twins' batches differ: {b} vs {feat_s.shape[0]} rows")
     if b < 2:
         raise ValueError(f"neighbourhood_loss needs a batch of at least 2, got {b}")
+    denom = b * b if normalizer == "square" else b ^ 2
+    if denom == 0:
+        raise ValueError("the official normaliser B xor 2 is 0 at B = 2 (an infinite loss); use normalizer='square'")
     u = feat_u / feat_u.norm(dim=1, keepdim=True)
     s = feat_s / feat_s.norm(dim=1, keepdim=True)
-    denom = b * b if normalizer == "square" else b ^ 2
     return ((u @ u.T - s @ s.T) ** 2).sum() / denom
 
 

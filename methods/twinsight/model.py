@@ -10,18 +10,24 @@ from common.ssl import Projector
 
 
 class TinyCNN(nn.Module):
-    """conv 5x5 (16) -> ReLU -> max-pool 2 -> conv 5x5 (32) -> ReLU -> max-pool 2 -> fc -> ReLU:
-    (N, C, H, W) float images -> (N, feat_dim) features."""
+    """conv 5x5 (16) -> ReLU -> max-pool 2 -> conv 5x5 (32) -> ReLU -> max-pool 2 -> fc [-> ReLU]:
+    (N, C, H, W) float images -> (N, feat_dim) features. `batchnorm` puts a BatchNorm after each
+    conv (as the official ResNet-18 has); `final_relu=False` leaves the features signed (a ReLU
+    head on [0, 1] inputs starts with nearly parallel features: README, Cold read)."""
 
-    def __init__(self, in_chans: int = 1, img_size: int = 28, feat_dim: int = 64):
+    def __init__(self, in_chans: int = 1, img_size: int = 28, feat_dim: int = 64, final_relu: bool = True,
+                 batchnorm: bool = False):
         super().__init__()
         if img_size < 12:
             raise ValueError(f"TinyCNN needs images of at least 12x12, got {img_size}")
         side = ((img_size - 4) // 2 - 4) // 2
-        self.features = nn.Sequential(
-            nn.Conv2d(in_chans, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-            nn.Linear(32 * side * side, feat_dim), nn.ReLU())
+        bn = (lambda c: nn.BatchNorm2d(c)) if batchnorm else (lambda c: nn.Identity())
+        layers = [nn.Conv2d(in_chans, 16, 5), bn(16), nn.ReLU(), nn.MaxPool2d(2),
+                  nn.Conv2d(16, 32, 5), bn(32), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                  nn.Linear(32 * side * side, feat_dim)]
+        if final_relu:
+            layers.append(nn.ReLU())
+        self.features = nn.Sequential(*layers)
         self.feat_dim = feat_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

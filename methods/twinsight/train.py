@@ -7,6 +7,8 @@ row, same seed, same initial supervised weights, same client sampling):
   labeled_only  FedAvg with CE on the M labeled clients only (the paper's lower bound)
   fixmatch      one model: CE on labeled clients, fixmatch_weight FixMatch on unlabeled ones
   upper         every client labeled (the ceiling)
+  majority      no training: every image gets the most frequent label of the labeled clients
+                (a fully collapsed model; what one-class prediction scores)
 The evaluated model is the global supervised twin (or the single model)."""
 from __future__ import annotations
 
@@ -22,9 +24,10 @@ from common.federated.sampling import client_batches, client_seed
 from common.ssl import apply, sample_params
 from common.tasks.federated import federated
 from methods.twinsight.data import FewLabelClients
+from methods.twinsight.diagnostics import effective_rank, mean_cosine, pred_histogram
 from methods.twinsight.loss import client_loss, fixmatch_loss, single_loss
 
-ROWS = ("twinsight", "frozen_twin", "no_np", "single", "labeled_only", "fixmatch", "upper")
+ROWS = ("twinsight", "frozen_twin", "no_np", "single", "labeled_only", "fixmatch", "upper", "majority")
 
 
 class Single(nn.Module):
@@ -35,11 +38,22 @@ class Single(nn.Module):
         self.encoder, self.head, self.projector = encoder, head, projector
 
 
-def logits_of(models: dict, x: torch.Tensor) -> torch.Tensor:
+def features_and_logits(models: dict, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The evaluated model's encoder features and logits: the supervised twin, or the single model."""
     if "sup" in models:
-        return models["sup"](x)[1]
+        return models["sup"](x)
     m = models["model"]
-    return m.head(m.encoder(x))
+    h = m.encoder(x)
+    return h, m.head(h)
+
+
+def majority_row(d: FewLabelClients, eval_y: torch.Tensor, num_classes: int) -> dict[str, float]:
+    """The `majority` row: the most frequent label on the labeled clients, predicted for every
+    evaluation image (ties to the lowest class). Its features are constant: feat_cos 1, feat_rank 0."""
+    seen = d.labels[torch.cat([d.clients[k] for k in d.labeled])]
+    top = int(torch.bincount(seen, minlength=num_classes).argmax())
+    acc = 100.0 * float((eval_y == top).float().mean())
+    return {"acc": acc, "acc_mean": acc, "top_share": 100.0, "feat_cos": 1.0, "feat_rank": 0.0}
 
 
 def row_models(row: str, twin) -> dict[str, nn.Module]:
@@ -90,6 +104,10 @@ def run_row(ctx, m, row: str, d: FewLabelClients, weak, strong, eval_x, eval_y, 
     """FedAvg of `row` for `m.federated.rounds` rounds; returns acc (%, after the last round) and
     acc_mean (the mean over the rounds' evaluations)."""
     fed = m.federated
+    num_classes = int(m.model.num_classes)
+    if row == "majority":
+        return majority_row(d, eval_y, num_classes)
+    clip = float(m.clip_grad)
     torch.manual_seed(ctx.seed)
     twin = instantiate(m.model, encoder_sup=instantiate(m.encoder), encoder_unsup=instantiate(m.encoder))
     models = row_models(row, twin)
@@ -115,6 +133,8 @@ def run_row(ctx, m, row: str, d: FewLabelClients, weak, strong, eval_x, eval_y, 
             loss, logs = step(copies, xw, xs, y)
             opt.zero_grad()
             loss.backward()
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, clip)
             opt.step()
             rows.append(logs)
         keys = set().union(*rows) if rows else set()
@@ -123,13 +143,17 @@ def run_row(ctx, m, row: str, d: FewLabelClients, weak, strong, eval_x, eval_y, 
     accs: list[float] = []
 
     def evaluate(ms: dict, r: int) -> dict:
-        pred = torch.cat([logits_of(ms, x).argmax(1) for x in eval_x.split(500)])
+        outs = [features_and_logits(ms, x) for x in eval_x.split(500)]
+        feat, pred = torch.cat([h for h, _ in outs]), torch.cat([lg.argmax(1) for _, lg in outs])
         acc = 100.0 * float((pred == eval_y).float().mean())
         accs.append(acc)
-        return {"acc": acc}
+        hist = pred_histogram(pred, num_classes)
+        return {"acc": acc, "top_share": float(hist.max()), "feat_cos": mean_cosine(feat[:500]),
+                "feat_rank": effective_rank(feat)}
 
     start = time.process_time()
     final = federated(ctx, models, [len(d.clients[c]) for c in members], local_update, evaluate, fed, stage=row,
                       clients_per_round=min(int(fed.clients_per_round), len(members)))
     log({f"{row}/cpu_s_per_round": (time.process_time() - start) / max(1, int(fed.rounds))}, int(fed.rounds))
-    return {"acc": final["acc"], "acc_mean": float(np.mean(accs)) if accs else final["acc"]}
+    return {"acc": final["acc"], "acc_mean": float(np.mean(accs)) if accs else final["acc"],
+            **{k: final[k] for k in ("top_share", "feat_cos", "feat_rank")}}
