@@ -121,3 +121,33 @@ def test_distill_updates_and_bad_input():
     with pytest.raises(ValueError, match="parameters per snapshot"):
         d.check_buffer(buf[:, :, :-1], module)
     assert math.isfinite(stats["match_loss"])
+
+
+def test_distill_from_a_given_initial_set_is_the_same_run():
+    """run() draws the initial set itself (to evaluate it at the learnt lr, DD-Ranking's control) and
+    hands it to distill: the generator's first draw is the same, so the run is unchanged."""
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(30, 1, 4, 4, generator=g), torch.arange(30) % 3
+    from common.distill import train_expert
+    buf = torch.stack([train_expert(net(), x, y, 4, 0.1, 10, torch.Generator().manual_seed(e)) for e in range(2)])
+    d = DATM(ipc=2, syn_steps=2, min_start=0, max_start=2, current_max_start=1, expansion_end=2, iterations=3,
+             lr_img=1.0, threshold=10.0, init="real", soft_labels=False)
+    plain, _ = d.distill(net(), buf, x, y, torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    initial = d.initial_set(net(), buf, x, y, gen)
+    start = initial.images.detach().clone()
+    given, _ = d.distill(net(), buf, x, y, gen, initial=initial)
+    assert given is initial and torch.equal(given.images, plain.images) and torch.equal(given.lr, plain.lr)
+    assert not torch.equal(start, given.images)   # updated in place, so run() clones it first
+
+
+def test_real_subset_random_is_mtt_init():
+    from common.distill import class_balanced_indices
+    from methods.datm import real_subset
+    y = torch.arange(40) % 4
+    x = torch.randn(40, 1, 4, 4, generator=torch.Generator().manual_seed(1))
+    want = class_balanced_indices(y, 3, torch.Generator().manual_seed(7))
+    d = DATM(ipc=3, init="real", soft_labels=False, max_start=2, current_max_start=None, expansion_end=None)
+    buf = torch.zeros(1, 3, sum(p.numel() for p in net().parameters()))
+    init = d.initial_set(net(), buf, x, y, torch.Generator().manual_seed(7))
+    assert torch.equal(real_subset("random", x, y, 3, 7), want) and torch.equal(init.images, x[want])

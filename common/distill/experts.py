@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -14,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.checkpoint import save
 from common.distill.unroll import flatten_params
 
 BUFFER_KEYS = ("num_experts", "epochs", "lr", "batch_size", "momentum", "expert_seed", "version")
@@ -57,17 +56,7 @@ def cached(settings: dict, build: Callable[[], object], cache_dir: str | Path):
         except Exception as err:  # noqa: BLE001 (any unreadable file is rebuilt)
             warnings.warn(f"cache file {path} is unreadable ({type(err).__name__}: {err}); rebuilding it")
     value = build()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(value, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    save(value, path)   # common.checkpoint's atomic write: temporary file, fsync, rename
     return value
 
 

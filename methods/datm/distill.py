@@ -67,10 +67,13 @@ class DATM:
         return SyntheticSet(images, targets, lr=self.lr_teacher, learn_targets=self.soft_labels, learn_lr=self.learn_lr)
 
     def distill(self, module: nn.Module, buffer: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                generator: torch.Generator, log: Callable[[dict, int], None] | None = None):
-        """(SyntheticSet, stats) after `iterations` matching steps; stats: mean loss, share updated."""
+                generator: torch.Generator, log: Callable[[dict, int], None] | None = None,
+                initial: SyntheticSet | None = None):
+        """(SyntheticSet, stats) after `iterations` matching steps; stats: mean loss, share updated.
+        `initial`: the set to start from (`initial_set`'s, drawn by the caller with the same generator
+        first, so the draw is the same); it is updated in place."""
         self.check_buffer(buffer, module)
-        syn = self.initial_set(module, buffer, x, y, generator)
+        syn = self.initial_set(module, buffer, x, y, generator) if initial is None else initial
         opts = [torch.optim.SGD([syn.images], lr=self.lr_img, momentum=0.5)]
         if self.learn_lr:
             opts.append(torch.optim.SGD([syn.lr], lr=self.lr_lr, momentum=0.5))
