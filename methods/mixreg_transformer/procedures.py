@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from einops import einsum
 
 from common.icl.predictions import ols_predictions  # moved to common/icl (issue #49)
+from common.icl.predictions import ridge_predictions as common_ridge_predictions  # the solve (issue #49)
 from methods.mixreg_transformer.mixture import check_components, check_noise_std, check_prompts
 
 
@@ -70,23 +71,13 @@ def ridge_predictions(xs: torch.Tensor, ys: torch.Tensor, noise_std: float, prio
     posterior mean of w under the single prior w ~ N(0, τ² I_d) and Gaussian noise, i.e. the
     Bayes predictor for a prior that ignores the mixture (τ² = prior_var = 1 matches the
     components' second moment E w wᵀ = I_d). 0 at i = 0 (the prior mean); σ = 0 is the λ → 0
-    limit, min-norm least squares. Solved in float64: (B, k)."""
+    limit, min-norm least squares. The solve is `common.icl.ridge_predictions` on the raw x
+    (float64): (B, k)."""
     check_prompts(xs, ys)
     check_noise_std(noise_std)
     if not prior_var > 0:
         raise ValueError(f"prior_var must be > 0, got {prior_var}")
-    penalty = float(noise_std) ** 2 / float(prior_var)
-    if penalty == 0:
-        return ols_predictions(xs, ys)
-    x, y = xs.double(), ys.double()
-    eye = torch.eye(x.shape[-1], dtype=x.dtype)
-    out = torch.zeros_like(y)
-    for i in range(1, x.shape[1]):
-        prefix = x[:, :i]                                           # (B, i, d)
-        gram = prefix.transpose(1, 2) @ prefix + penalty * eye      # (B, d, d), positive definite
-        w = torch.linalg.solve(gram, prefix.transpose(1, 2) @ y[:, :i, None])
-        out[:, i] = (x[:, i, None, :] @ w)[:, 0, 0]
-    return out.to(ys.dtype)
+    return common_ridge_predictions(xs, ys, float(noise_std) ** 2 / float(prior_var))
 
 
 def zero_predictions(xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
