@@ -81,13 +81,15 @@ def test_randlr_draw_per_client_and_round():
     draws = {}
     for r in range(3):
         for k in range(3):
-            trace: list[float] = []
+            trace: list = []
             torch.manual_seed(0)
             net = torch.nn.Linear(3, 2)
             w0 = [p.detach().clone() for p in net.parameters()]
             make_local_update(spec, task, fed, seed, trace)(k, r, {"model": net})
-            assert len(trace) == 1 and 0.01 <= trace[0] <= 1.0     # 8 rows, batch 8: one step
-            draws[(k, r)] = trace[0]
+            assert len(trace) == 1 and trace[0][0] == r            # one pass, tagged with its round
+            (step,) = trace[0][1]                                  # 8 rows, batch 8: one step
+            assert 0.01 <= step <= 1.0
+            draws[(k, r)] = step
             # the weights moved by exactly that step times the gradient on the client's batch
             ref = torch.nn.Linear(3, 2)
             with torch.no_grad():
@@ -96,12 +98,13 @@ def test_randlr_draw_per_client_and_round():
             part = task["parts"][k]
             torch.nn.functional.cross_entropy(ref(task["x"][part]), task["y"][part]).backward()
             for p, q in zip(net.parameters(), ref.parameters()):
-                assert float((p.detach() - (q.detach() - trace[0] * q.grad)).abs().max()) < 1e-6
+                assert float((p.detach() - (q.detach() - step * q.grad)).abs().max()) < 1e-6
     assert len(set(draws.values())) == len(draws)
-    again: list[float] = []
+    again: list = []
     fed2 = OmegaConf.create({"local_batch_size": 2, "local_epochs": 2, "rounds": 4})
     make_local_update(spec, task, fed2, seed, again)(1, 2, {"model": torch.nn.Linear(3, 2)})
-    assert len(again) == 8 and set(again) == {draws[(1, 2)]}   # constant over the pass's 8 steps
+    steps = again[0][1]
+    assert len(steps) == 8 and set(steps) == {draws[(1, 2)]}   # constant over the pass's 8 steps
 
 
 @pytest.mark.parametrize("kind", ["dsgd", "growth", "randlr", "sgd"])
@@ -115,7 +118,7 @@ def test_nonfinite_start_model_does_not_train(kind):
     with torch.no_grad():
         net.weight[1, 2] = float("inf")
     before = [p.detach().clone() for p in net.parameters()]
-    trace: list[float] = []
+    trace: list = []
     out = make_local_update(spec, _toy_task(), fed, 0, trace)(0, 0, {"model": net})
     assert out == {} and trace == []
     for p, q in zip(net.parameters(), before):

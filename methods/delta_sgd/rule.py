@@ -48,6 +48,14 @@ def delta_lr(lr_prev: float, theta_prev: float, param_diff, grad_diff, amplifier
     return lr, lr / lr_prev
 
 
+def _diff_norm(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    """‖a − b‖ over all tensors as one vector: each tensor's norm in its own dtype (float32 for a
+    float32 model), their squares summed in float64, as the official `Adsgd.compute_dif_norms`
+    (`(p - q).norm().item() ** 2` summed). No float64 copy of the weights."""
+    norms = torch._foreach_norm(torch._foreach_sub(a, b)) if a else []
+    return math.sqrt(sum(float(n) ** 2 for n in norms))
+
+
 def _grads(model: torch.nn.Module, params: list[torch.Tensor], loss: torch.Tensor) -> list[torch.Tensor]:
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
@@ -71,8 +79,7 @@ def delta_sgd_local(model: torch.nn.Module, batches: Iterable, loss_fn: Callable
         g = _grads(model, params, loss_fn(model, batch))
         g_prev = _grads(prev, prev_params, loss_fn(prev, batch))
         with torch.no_grad():
-            dx = math.sqrt(sum(float((p.double() - q.double()).pow(2).sum()) for p, q in zip(params, prev_params)))
-            dg = math.sqrt(sum(float((a.double() - b.double()).pow(2).sum()) for a, b in zip(g, g_prev)))
+            dx, dg = _diff_norm(params, prev_params), _diff_norm(g, g_prev)
             step, theta = delta_lr(step, theta, dx, dg, amplifier, damping, eps)
             prev.load_state_dict(model.state_dict())      # x_{k-1} <- x_k (buffers too)
             for p, gk in zip(params, g):
@@ -99,12 +106,16 @@ def growth_local(model: torch.nn.Module, batches: Iterable, loss_fn: Callable, l
     return steps
 
 
-def regret(acc: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
-    """`acc[row][task]` (points) -> per row `regret_<task>` = max over rows on that task − the
-    row's, `max_regret` and `mean_regret` over tasks."""
+def regret(acc: Mapping[str, Mapping[str, float]], reference: Iterable[str] | None = None) -> dict[str, dict[str, float]]:
+    """`acc[row][task]` (points) -> per row `regret_<task>` = max over the `reference` rows (all
+    rows when None) on that task − the row's, `max_regret` and `mean_regret` over tasks. A row
+    outside the reference (a control) is scored against the same best and may go negative."""
     if not acc:
         raise ValueError("regret needs at least one row")
     rows = list(acc)
+    ref = rows if reference is None else list(reference)
+    if not ref or any(r not in acc for r in ref):
+        raise ValueError(f"reference rows {ref} must be a non-empty subset of the rows {rows}")
     tasks = list(acc[rows[0]])
     if not tasks:
         raise ValueError(f"row {rows[0]!r} has no tasks")
@@ -115,7 +126,7 @@ def regret(acc: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]
         for t in tasks:
             if not math.isfinite(float(acc[r][t])):
                 raise ValueError(f"acc[{r!r}][{t!r}] is not finite ({acc[r][t]!r}); score a diverged row at chance")
-    best = {t: max(float(acc[r][t]) for r in rows) for t in tasks}
+    best = {t: max(float(acc[r][t]) for r in ref) for t in tasks}
     out: dict[str, dict[str, float]] = {}
     for r in rows:
         reg = {f"regret_{t}": best[t] - float(acc[r][t]) for t in tasks}

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from common.config import UserError
 from common.federated import client_batches, client_seed
 from common.tasks.federated import federated
+from methods.delta_sgd.config import Row, Task, as_spec
 from methods.delta_sgd.data import SOURCES, make_task
 from methods.delta_sgd.rule import delta_sgd_local, growth_local, log_uniform, regret
 
@@ -33,13 +34,24 @@ def check_rows(rows: dict) -> None:
 
 
 def pick(catalogue, names, what: str) -> dict:
-    """The entries of `method.<what>` named by `method.run_<what>`, in that order."""
+    """The entries of `method.<what>` named by `method.run_<what>`, in that order, each checked
+    through its dataclass (`config.Row` for rows, `config.Task` for tasks) and returned as a dict."""
     catalogue = OmegaConf.to_container(catalogue, resolve=True)
     missing = [n for n in names if n not in catalogue]
     if missing:
         raise UserError(f"method.run_{what} names {missing}, not in method.{what} ({', '.join(catalogue)})",
                         exit_code=2)
-    return {n: catalogue[n] for n in names}
+    cls = {"rows": Row, "tasks": Task}.get(what)
+    out = {}
+    for n in names:
+        if cls is None:
+            out[n] = catalogue[n]
+            continue
+        try:
+            out[n] = as_spec(cls, catalogue[n], f"method.{what}.{n}")
+        except ValueError as err:
+            raise UserError(f"method.{what}.{n}: {err}", exit_code=2) from None
+    return out
 
 
 def finite(model: torch.nn.Module) -> bool:
@@ -57,7 +69,7 @@ def sgd_step_size(spec: dict, r: int, rounds: int) -> float:
 
 def make_local_update(spec: dict, task: dict, fed, seed: int, trace: list):
     """The `local_update(client, round, copies)` of one row on one task. A client whose starting
-    model is not finite (the row diverged) does not train."""
+    model is not finite (the row diverged) does not train. `trace` gets (round, step sizes) per pass."""
     x, y, parts = task["x"], task["y"], task["parts"]
     kind = spec["kind"]
 
@@ -99,7 +111,7 @@ def make_local_update(spec: dict, task: dict, fed, seed: int, trace: list):
                 loss_fn(net, idx).backward()
                 opt.step()
             steps = [lr] * len(batches)
-        trace.extend(steps)
+        trace.append((r, list(steps)))
         out = {"loss": float(np.mean(losses))} if losses else {}
         if steps and math.isfinite(steps[0]):
             out["lr"] = float(np.mean(steps))
@@ -108,11 +120,12 @@ def make_local_update(spec: dict, task: dict, fed, seed: int, trace: list):
     return local_update
 
 
-def make_evaluate(task: dict):
+def make_evaluate(task: dict, curve: list | None = None):
+    """Accuracy (points) on the evaluation rows; a model or logits not finite: chance and
+    `diverged`. `curve` gets (round, acc) per call."""
     chance = 100.0 / task["num_classes"]
 
-    def evaluate(models: dict, r: int) -> dict:
-        net = models["model"]
+    def score(net) -> dict:
         if not finite(net):
             return {"acc": chance, "diverged": 1.0}
         correct = 0
@@ -122,6 +135,12 @@ def make_evaluate(task: dict):
                 return {"acc": chance, "diverged": 1.0}
             correct += int((logits.argmax(1) == y).sum())
         return {"acc": 100.0 * correct / len(task["y_eval"]), "diverged": 0.0}
+
+    def evaluate(models: dict, r: int) -> dict:
+        out = score(models["model"])
+        if curve is not None:
+            curve.append((int(r), out["acc"]))
+        return out
 
     return evaluate
 
@@ -135,6 +154,8 @@ def run_all(cfg, ctx) -> dict[str, float]:
     fed = m.federated
     acc: dict[str, dict[str, float]] = {r: {} for r in rows}
     out: dict[str, float] = {}
+    curves: dict[str, dict[str, list]] = {t: {} for t in tasks}
+    traces: dict[str, dict[str, list]] = {t: {} for t in tasks}
     for tname, t in tasks.items():
         if t["source"] not in SOURCES:
             raise UserError(f"method.tasks.{tname}.source must be one of {', '.join(SOURCES)}", exit_code=2)
@@ -147,14 +168,23 @@ def run_all(cfg, ctx) -> dict[str, float]:
         for rname, spec in rows.items():
             torch.manual_seed(ctx.seed)            # the same initial weights for every row of a task
             model = instantiate(m.models[t["model"]]).to(ctx.device)
-            trace: list[float] = []
+            trace: list = []
+            curve = curves[tname].setdefault(rname, [])
             final = federated(ctx, {"model": model}, sizes, make_local_update(spec, task, fed, ctx.seed, trace),
-                              make_evaluate(task), fed, stage=f"{tname}_{rname}")
+                              make_evaluate(task, curve), fed, stage=f"{tname}_{rname}")
+            traces[tname][rname] = trace
             acc[rname][tname] = float(final["acc"])
             out[f"{rname}/acc_{tname}"] = float(final["acc"])
             out[f"{rname}/diverged_{tname}"] = float(final["diverged"])
-            if spec["kind"] in ("dsgd", "growth", "randlr") and trace:
-                out[f"{rname}/lr_{tname}"] = float(np.median(trace))
-    for rname, reg in regret(acc).items():
+            steps = [s for _, pass_steps in trace for s in pass_steps]
+            if spec["kind"] in ("dsgd", "growth", "randlr") and steps:
+                out[f"{rname}/lr_{tname}"] = float(np.median(steps))
+    reference = [r for r, spec in rows.items() if not spec["control"]] or list(rows)
+    for rname, reg in regret(acc, reference).items():
         out.update({f"{rname}/{k}": v for k, v in reg.items()})
+    if ctx.hw.is_main:
+        from methods.delta_sgd.plots import curves_plot, steps_plot
+
+        curves_plot(curves, ctx.run_dir / "acc_curves.png", f"seed {ctx.seed}")
+        steps_plot(traces, rows, ctx.run_dir / "step_sizes.png", f"seed {ctx.seed}")
     return out
