@@ -54,7 +54,8 @@ def test_cls_attention_is_the_cls_row_of_an_explicit_softmax_mean_over_heads():
 
 def loop_select(x, a, rate, fuse, rank=None):
     """Per sample: sort patch indices by rank, keep the first ceil(rate (N-1)), fuse the rest."""
-    rank = a if rank is None else rank
+    rank = (a if rank is None else rank).detach()
+    a = a.detach()
     out, kept = [], []
     n = x.shape[1] - 1
     k = math.ceil(rate * n)
