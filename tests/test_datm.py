@@ -151,3 +151,57 @@ def test_real_subset_random_is_mtt_init():
     buf = torch.zeros(1, 3, sum(p.numel() for p in net().parameters()))
     init = d.initial_set(net(), buf, x, y, torch.Generator().manual_seed(7))
     assert torch.equal(real_subset("random", x, y, 3, 7), want) and torch.equal(init.images, x[want])
+
+
+def test_threshold_gates_every_update():
+    """L > threshold on every iteration: no optimiser steps, the set is its start (official
+    `if grand_loss <= threshold: optimizer.step()`)."""
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(30, 1, 4, 4, generator=g), torch.arange(30) % 3
+    from common.distill import train_expert
+    buf = torch.stack([train_expert(net(), x, y, 4, 0.1, 10, torch.Generator().manual_seed(e)) for e in range(2)])
+    d = DATM(ipc=2, syn_steps=2, min_start=0, max_start=2, current_max_start=None, expansion_end=None, iterations=3,
+             lr_img=1.0, threshold=1e-12, init="real", soft_labels=False)
+    gen = torch.Generator().manual_seed(0)
+    initial = d.initial_set(net(), buf, x, y, gen)
+    start, lr0 = initial.images.detach().clone(), float(initial.lr.detach())
+    syn, stats = d.distill(net(), buf, x, y, gen, initial=initial)
+    assert stats["updated"] == 0.0 and stats["match_loss"] > 1e-12
+    assert torch.equal(syn.images, start) and float(syn.lr.detach()) == lr0
+
+
+def test_optimiser_momenta(monkeypatch):
+    """Images SGD(lr_img, 0.5), lr SGD(lr_lr, 0.5), soft labels SGD(lr_y, momentum_y 0.9): with a
+    loss whose gradient is 1 everywhere, two steps move each by -lr (1 + (1 + momentum))."""
+    import methods.datm.distill as distill_mod
+    monkeypatch.setattr(distill_mod, "matching_loss",
+                        lambda module, syn, *a, **k: (syn.images.sum() + syn.targets.sum() + syn.lr, None))
+    g = torch.Generator().manual_seed(6)
+    y = torch.arange(30) % 3
+    x = 3.0 * torch.randn(3, 1, 4, 4, generator=g)[y] + 0.1 * torch.randn(30, 1, 4, 4, generator=g)   # separable
+    from common.distill import train_expert
+    buf = torch.stack([train_expert(net(), x, y, 4, 0.1, 10, torch.Generator().manual_seed(e)) for e in range(3)])
+    d = DATM(ipc=2, syn_steps=2, min_start=0, max_start=2, current_max_start=None, expansion_end=None, iterations=2,
+             lr_img=0.1, lr_lr=1e-3, lr_y=0.2, momentum_y=0.9, threshold=1e9, init="correct", soft_labels=True)
+    gen = torch.Generator().manual_seed(0)
+    initial = d.initial_set(net(), buf, x, y, gen)
+    x0, y0, lr0 = initial.images.detach().clone(), initial.targets.detach().clone(), float(initial.lr.detach())
+    syn, stats = d.distill(net(), buf, x, y, gen, initial=initial)
+    assert stats["updated"] == 1.0
+    assert torch.allclose(syn.images, x0 - 0.1 * 2.5)
+    assert torch.allclose(syn.targets, y0 - 0.2 * 2.9)
+    assert float(syn.lr.detach()) == pytest.approx(lr0 - 1e-3 * 2.5)
+
+
+def test_distill_splits_validation_and_standardisation():
+    from methods.datm import distill_splits
+    (x, y), (xt, yt) = distill_splits("digits", "data", False, "test")
+    (xf, yf), (xv, yv) = distill_splits("digits", "data", False, "val", 0.2)
+    assert len(xf) + len(xv) == len(x) and len(xv) == round(0.2 * len(x)) and xf.shape[1:] == (1, 8, 8)
+    assert len(xt) == len(yt) and set(yv.tolist()) == set(range(10))
+    assert abs(float(xf.mean())) < 1e-4 and float(xf.std()) == pytest.approx(1.0, abs=1e-2)   # fitted stats
+    assert torch.equal(torch.sort(torch.cat([yf, yv])).values, torch.sort(y).values)   # a split of train
+    with pytest.raises(ValueError, match="eval_on"):
+        distill_splits("digits", "data", False, "train")
+    with pytest.raises(ValueError, match="val_share"):
+        distill_splits("digits", "data", False, "val", 1.5)
