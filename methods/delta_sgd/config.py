@@ -14,8 +14,9 @@ class Row:
     """One client optimiser. `lr`: the step (sgd, adam, adagrad) or Δ-SGD's / growth's η₋₁;
     `momentum`, `decay` (÷10 at 50% and 75% of the rounds): sgd only; `amplifier` (δ), `damping`
     (2/γ), `eps`, `weight_decay`: dsgd (amplifier also growth); `low`, `high`: randlr's log-uniform
-    range. `control`: a stand-in row, left out of the best-of-task the regret is taken against."""
-    kind: Literal["sgd", "adam", "adagrad", "dsgd", "growth", "randlr"]
+    range; `c` (and `eps`): sps; `reps_rel` (and `eps`): dog (methods/delta_sgd/baselines.py).
+    `control`: a stand-in row, left out of the best-of-task the regret is taken against."""
+    kind: Literal["sgd", "adam", "adagrad", "dsgd", "growth", "randlr", "sps", "dog"]
     lr: float = 0.2
     momentum: float = 0.0
     decay: bool = False
@@ -25,12 +26,15 @@ class Row:
     weight_decay: float = 0.0
     low: float = 0.01
     high: float = 1.0
+    c: float = 0.5
+    reps_rel: float = 1e-6
     control: bool = False
 
     def __post_init__(self):
         checks = {"lr": self.lr > 0, "momentum": 0 <= self.momentum < 1, "amplifier": self.amplifier >= 0,
                   "damping": self.damping > 0, "eps": self.eps >= 0, "weight_decay": self.weight_decay >= 0,
-                  "low": 0 < self.low <= self.high, "high": self.high < math.inf}
+                  "low": 0 < self.low <= self.high, "high": self.high < math.inf,
+                  "c": self.c > 0, "reps_rel": self.reps_rel > 0}
         for name, ok in checks.items():
             value = getattr(self, name)
             if not (math.isfinite(float(value)) and ok):

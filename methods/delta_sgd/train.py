@@ -16,12 +16,13 @@ from omegaconf import OmegaConf
 from common.config import UserError
 from common.federated import client_batches, client_seed
 from common.tasks.federated import federated
+from methods.delta_sgd.baselines import dog_local, sps_local
 from methods.delta_sgd.config import Row, Task, as_spec
 from methods.delta_sgd.data import SOURCES, make_task
 from methods.delta_sgd.rule import delta_sgd_local, growth_local, log_uniform, regret
 
 EVAL_BATCH = 2000
-KINDS = ("sgd", "adam", "adagrad", "dsgd", "growth", "randlr")
+KINDS = ("sgd", "adam", "adagrad", "dsgd", "growth", "randlr", "sps", "dog")
 
 
 def check_rows(rows: dict) -> None:
@@ -93,6 +94,10 @@ def make_local_update(spec: dict, task: dict, fed, seed: int, trace: list):
                                     damping=spec["damping"], eps=spec["eps"], weight_decay=spec["weight_decay"])
         elif kind == "growth":
             steps = growth_local(net, batches, loss_fn, lr=spec["lr"], amplifier=spec["amplifier"])
+        elif kind == "sps":
+            steps = sps_local(net, batches, loss_fn, c=spec["c"], eps=spec["eps"])
+        elif kind == "dog":
+            steps = dog_local(net, batches, loss_fn, reps_rel=spec["reps_rel"], eps=spec["eps"])
         else:
             if kind == "randlr":   # one log-uniform step per client and round, from its own generator
                 lr = log_uniform(np.random.default_rng([seed, r, k, 7]), spec["low"], spec["high"])
@@ -177,7 +182,7 @@ def run_all(cfg, ctx) -> dict[str, float]:
             out[f"{rname}/acc_{tname}"] = float(final["acc"])
             out[f"{rname}/diverged_{tname}"] = float(final["diverged"])
             steps = [s for _, pass_steps in trace for s in pass_steps]
-            if spec["kind"] in ("dsgd", "growth", "randlr") and steps:
+            if spec["kind"] in ("dsgd", "growth", "randlr", "sps", "dog") and steps:
                 out[f"{rname}/lr_{tname}"] = float(np.median(steps))
     reference = [r for r, spec in rows.items() if not spec["control"]] or list(rows)
     for rname, reg in regret(acc, reference).items():
