@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from methods.icl_repr import (RandomRepresentation, affine_features, bayes_predictions, choose_lambda, haar_matrix,
+from methods.icl_repr import (RandomReluFeatures, RandomRepresentation, affine_features, bayes_predictions, choose_lambda, haar_matrix,
                               prefix_mean_predictions, probe_metrics, probe_r2, ridge_predictions, risks,
                               sample_prompts)
+from methods.icl_repr.probes import low_max
 
 
 def _phi_numpy(x, weights, leak):
@@ -193,8 +194,45 @@ def test_bayes_risk_is_noise_plus_posterior_predictive_variance_monte_carlo():
 
 def test_probe_metrics_choose_their_layers():
     curves = {"phi_x": [0.1, 0.5, 0.9, 0.3, 0.2], "bayes_x": [0.0, 0.2, 0.4, 0.8, 0.7], "phi_y": [0.0, 0.3, 0.1, 0.6, 0.2]}
-    assert probe_metrics(curves) == {"phi_r2_emb": 0.1, "phi_r2_low": 0.9, "bayes_r2_low": 0.4, "bayes_r2_top": 0.7,
-                                     "phi_y_r2": 0.6}
+    got = probe_metrics(curves)
+    rises = {"bayes_rise": got.pop("bayes_rise"), "phi_rise": got.pop("phi_rise")}
+    assert got == {"phi_r2_emb": 0.1, "phi_r2_low": 0.9, "bayes_r2_low": 0.4, "bayes_r2_top": 0.7, "phi_y_r2": 0.6}
+    # the profile: block depth - 1 = 3 minus block 1, never the last state
+    assert rises == pytest.approx({"bayes_rise": 0.8 - 0.2, "phi_rise": 0.3 - 0.5})
+    assert low_max([0.0, 0.2, 0.7, 0.9, 1.0]) == 0.7
+
+
+def test_random_relu_features_against_their_formula_and_seed():
+    xs = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    rff = RandomReluFeatures(4, 7, seed=3)
+    gen = torch.Generator().manual_seed(3)               # G then c, float64
+    g = torch.randn(4, 7, generator=gen, dtype=torch.float64).numpy() / 2.0
+    c = torch.randn(7, generator=gen, dtype=torch.float64).numpy()
+    x = xs.double().numpy()
+    expected = np.concatenate([np.maximum(x @ g + c, 0) / math.sqrt(7), np.ones((3, 5, 1))], axis=-1)
+    np.testing.assert_allclose(rff.features(xs).numpy(), expected, rtol=1e-12)
+    assert torch.equal(RandomReluFeatures(4, 7, seed=3).features(xs), rff(xs))
+    assert not torch.equal(RandomReluFeatures(4, 7, seed=4).features(xs), rff(xs))
+    with pytest.raises(ValueError, match="num_features=0"):
+        RandomReluFeatures(4, 0)
+    with pytest.raises(ValueError, match="width 4, got width 3"):
+        rff.features(torch.randn(2, 3))
+
+
+def test_wrong_phi_row_is_the_bayes_rule_of_another_representation_and_loses_to_bayes():
+    """ridge_wrong_phi = ridge on Φ'(x) with λ = σ²D, Φ' another seed's MLP (a stream of the run seed);
+    ridge_rff reads the random features at its chosen λ; the true Bayes rule beats both."""
+    from methods.icl_repr import stages
+    rep = stages.representation(0, 3, 3)
+    wrong, rff = stages.wrong_representation(0, 3, 3), stages.random_features(0, 3, 8)
+    assert not torch.equal(wrong.weights[0], rep.weights[0])
+    xs, ys, _ = stages.stream_prompts(rep, 400, 10, 0.2, 0, stages.TEST_STREAM)
+    lambdas = {"ridge_x": 1.0, "ridge_affine": 1.0, "ridge_rff": 0.1}
+    preds = stages.all_predictions(xs, ys, rep, 0.2, lambdas, None, rff, wrong)
+    torch.testing.assert_close(preds["ridge_wrong_phi"], ridge_predictions(wrong.rep(xs.double()), ys, 0.2 ** 2 * 3))
+    torch.testing.assert_close(preds["ridge_rff"], ridge_predictions(rff.features(xs), ys, 0.1))
+    late = {name: risks(p, ys)["risk_late"] for name, p in preds.items()}
+    assert late["bayes"] < late["ridge_wrong_phi"] and late["bayes"] < late["ridge_rff"]
 
 
 def test_bad_input():
@@ -231,7 +269,10 @@ def test_smoke_run_reports_every_row(compose_cfg, tmp_path):
     assert set(rows) == set(mini.sub_rows)
     for name, row in rows.items():
         wanted = {"risk", "risk_late"} if not name.endswith("_probe") else {
-            "phi_r2_emb", "phi_r2_low", "bayes_r2_low", "bayes_r2_top", "phi_y_r2"}
+            "phi_r2_emb", "phi_r2_low", "bayes_r2_low", "bayes_r2_top", "phi_y_r2", "bayes_rise", "phi_rise"}
+        if name == "wrong_phi_probe":
+            wanted = {"phi_r2_low", "phi_gain_low"}
         assert set(row[0]) >= wanted and np.isfinite([row[0][m] for m in wanted]).all()
     assert metrics["bayes/risk_late"] < metrics["prefix_mean/risk_late"]
+    assert np.isfinite(metrics["transformer_probe/phi_gain_low"]) and "ridge_rff/lam" in metrics
     assert (tmp_path / "risk_vs_position.png").exists() and (tmp_path / "risk_curves.json").exists()

@@ -42,9 +42,91 @@ def test_count_mode_jumps_against_a_loop():
         count_mode_jumps(torch.zeros(3))
 
 
-def test_stack_cost_is_the_flop_ratio():
-    rbms = [BinaryRBM(784, 200), BinaryRBM(200, 100), BinaryRBM(100, 50)]
-    assert stack_cost(rbms) == pytest.approx((784 * 200 + 200 * 100 + 100 * 50) / (784 * 200))
+def _count_products(rbms):
+    """Instrument every RBM: each call that multiplies by W adds N M per chain to counts[l]."""
+    counts = [0.0] * len(rbms)
+    for l, r in enumerate(rbms):
+        for name in ("hidden_probs", "visible_probs", "free_energy_v", "free_energy_h", "energy"):
+            def wrapped(*args, _f=getattr(r, name), _l=l, _r=r, **kw):
+                counts[_l] += _r.num_visible * _r.num_hidden * args[0].shape[0]
+                return _f(*args, **kw)
+            setattr(r, name, wrapped)
+    return counts
+
+
+@pytest.mark.parametrize("step", [1, 2])
+def test_stack_products_count_what_a_stacked_step_multiplies(step):
+    """stack_products against the products one real step does (every W product counted by
+    instrumenting the RBMs: swap free energies, redraws, the top RBM left out, the closing sweeps)."""
+    from methods.stacked_tempering.sampler import stack_products
+
+    rbms = [BinaryRBM(7, 5), BinaryRBM(5, 4), BinaryRBM(4, 3)]
+    g = torch.Generator().manual_seed(0)
+    vs, hs = init_stack(rbms, (torch.rand(6, 7, generator=g) < 0.5).float(), g)
+    counts = _count_products(rbms)
+    stacked_tempering_step(rbms, vs, hs, step, g)
+    assert sum(counts) / 6 == stack_products(rbms, step)
+
+
+def test_stack_cost_averages_both_parities_over_two_products_of_rbm_1():
+    from methods.stacked_tempering.sampler import stack_products
+
+    rbms = [BinaryRBM(784, 20), BinaryRBM(20, 20), BinaryRBM(20, 10)]
+    p = [784 * 20, 20 * 20, 20 * 10]
+    odd = 3 * (p[0] + p[1]) + p[2] + 2 * sum(p)       # pair (0, 1), top left out, sweeps
+    even = 3 * (p[1] + p[2]) + 2 * sum(p)             # pair (1, 2), layer 0 untouched, sweeps
+    assert stack_products(rbms, 1) == odd and stack_products(rbms, 2) == even
+    assert stack_cost(rbms) == pytest.approx((odd + even) / 2 / (2 * p[0]))
+    assert stack_cost(rbms) > (sum(p) / p[0])          # above the sweeps-only flop ratio (1.04 here)
+
+
+def test_pt_cost_counts_sweeps_and_exchange_energies():
+    from methods.stacked_tempering.sampler import linear_betas, parallel_tempering_step, pt_cost
+
+    r = BinaryRBM(7, 5)
+    g = torch.Generator().manual_seed(0)
+    betas = linear_betas(4, 0.5)
+    vs = [(torch.rand(6, 7, generator=g) < 0.5).float() for _ in betas]
+    hs = [(torch.rand(6, 5, generator=g) < 0.5).float() for _ in betas]
+    counts = _count_products([r])
+    parallel_tempering_step(r, betas, vs, hs, 1, g)
+    assert counts[0] / 6 / (2 * 7 * 5) == pt_cost(4) == 6.0
+    with pytest.raises(ValueError, match="at least one replica"):
+        pt_cost(0)
+
+
+def test_exact_share_against_the_joint_enumeration():
+    """RBM 1's start-mode share among core states, from the joint law over all (v, h) (not from F_h)."""
+    from methods.stacked_tempering.measure import core_labels, exact_share
+
+    r = rbm(5, 4, 3)
+    labeller = lambda p: core_labels(2 * p.mean(-1) - 1, 0.05)
+    vs = torch.tensor(list(itertools.product([0.0, 1.0], repeat=5)), dtype=r.weight.dtype)
+    hs = torch.tensor(list(itertools.product([0.0, 1.0], repeat=4)), dtype=r.weight.dtype)
+    weight = torch.exp(-r.energy(vs.repeat_interleave(16, 0), hs.repeat(32, 1))).reshape(32, 16).sum(0)  # p(h)
+    labels = labeller(r.visible_probs(hs))
+    assert (labels == 1).any() and (labels == 0).any() and (labels == -1).any()
+    expected = float(weight[labels == 0].sum() / weight[labels >= 0].sum())
+    assert exact_share(r, labeller, 0, chunk=5) == pytest.approx(expected, rel=1e-9)
+    assert exact_share(r, labeller, 1) == pytest.approx(1 - expected, rel=1e-9)
+    with pytest.raises(ValueError, match="no hidden state"):
+        exact_share(r, lambda p: torch.full((len(p),), -1), 0)
+    with pytest.raises(ValueError, match="at most 24"):
+        exact_share(BinaryRBM(2, 25), labeller, 0)
+
+
+def test_summarise_share_and_mix_err_over_the_second_half():
+    from methods.stacked_tempering.measure import summarise
+
+    # second half = sweeps 3..5; chain 0 core labels 1 -1 0 (share of start 1: 1/2); chain 1: -1 -1 -1,
+    # held 0 (its share 0); chain 2 never labelled (share 1, the start mode's)
+    cores = torch.tensor([[1, 0, -1], [0, 0, -1], [1, -1, -1], [1, -1, -1], [-1, -1, -1], [0, -1, -1]])
+    out = summarise(cores, start_label=1, cost=1.0, exact=0.25)
+    late = cores[3:]
+    assert out["share"] == pytest.approx(1 / 2)         # pooled core sweeps of the second half: chain 0's 1, 0
+    per_chain = [1 / 2, 0.0, 1.0]
+    assert out["mix_err"] == pytest.approx(np.mean([abs(s - 0.25) for s in per_chain]))
+    assert late.shape[0] == 3 and "mix_err" not in summarise(cores, 1, 1.0)
 
 
 def test_ising_energy_against_loops():

@@ -10,6 +10,7 @@ from hydra.utils import instantiate
 from common import tasks
 from common.icl import ICLTransformer, fresh_prompt_batches, ridge_predictions
 from methods.icl_repr import stages
+from methods.icl_repr.controls import RandomReluFeatures
 from methods.icl_repr.plots import risk_vs_position
 from methods.icl_repr.probes import probe_curves, probe_metrics, probe_r2
 from methods.icl_repr.procedures import (affine_features, bayes_predictions, choose_lambda, prefix_mean_predictions,
@@ -25,8 +26,10 @@ def build(cfg) -> ICLTransformer:
 def run(cfg, ctx) -> dict[str, float]:
     """Train the transformer on fresh prompts of the seed's Φ* (the shared Trainer), then score every
     row on the same evaluation prompts (metrics `<row>/<metric>`: transformer, untrained (the same
-    model at step 0), bayes, ridge_affine, ridge_x, prefix_mean; risk, risk_late) and probe the
-    trained and untrained models' hidden states (rows transformer_probe, untrained_probe)."""
+    model at step 0), bayes, ridge_affine, ridge_x, prefix_mean, and the controls ridge_rff (random
+    ReLU features of x) and ridge_wrong_phi (the Bayes rule of a wrong Φ'); risk, risk_late) and probe
+    the trained and untrained models' hidden states (rows transformer_probe, untrained_probe, and the
+    control wrong_phi_probe)."""
     data, method = cfg.dataset, cfg.method
     spec = data.representation
     rep = stages.representation(ctx.seed, int(spec.dim), int(spec.rep_dim), int(spec.depth), float(spec.leak))
@@ -38,8 +41,11 @@ def run(cfg, ctx) -> dict[str, float]:
         xs, ys = prompts(step)
         return xs.to(ctx.device), ys.to(ctx.device)
 
+    wrong_rep = stages.wrong_representation(ctx.seed, int(spec.dim), int(spec.rep_dim), int(spec.depth),
+                                            float(spec.leak))
+    rff = stages.random_features(ctx.seed, int(spec.dim), int(method.random_features))
     val_xs, val_ys, _ = stages.stream_prompts(rep, int(data.val_prompts), length, noise, ctx.seed, stages.VAL_STREAM)
-    lambdas = stages.chosen_lambdas(rep, val_xs, val_ys, [float(v) for v in method.ridge_lambdas])
+    lambdas = stages.chosen_lambdas(rep, val_xs, val_ys, [float(v) for v in method.ridge_lambdas], rff)
     xs, ys, _ = stages.eval_prompts(rep, int(data.eval_prompts), length, noise, ctx.seed, split=data.eval_split)
     probe_xs, probe_ys, _ = stages.stream_prompts(rep, int(data.probe_prompts), length, noise, ctx.seed,
                                                   stages.PROBE_STREAM)
@@ -48,9 +54,10 @@ def run(cfg, ctx) -> dict[str, float]:
 
     def evaluate(trained) -> dict[str, float]:
         models = {"transformer": trained, "untrained": untrained.to(ctx.device)}
-        predictions = stages.all_predictions(xs, ys, rep, noise, lambdas, models)
+        predictions = stages.all_predictions(xs, ys, rep, noise, lambdas, models, rff, wrong_rep)
         rows = stages.risk_metrics(predictions, ys)
-        probes, per_layer = stages.probe_rows(models, rep, noise, probe_xs, probe_ys, float(method.probe_alpha))
+        probes, per_layer = stages.probe_rows(models, rep, noise, probe_xs, probe_ys, float(method.probe_alpha),
+                                              wrong_rep)
         rows.update(probes)
         for name in stages.LINEAR_ROWS:
             rows[name]["lam"] = lambdas[name]
@@ -68,6 +75,6 @@ def run(cfg, ctx) -> dict[str, float]:
     return metrics
 
 
-__all__ = ["RandomRepresentation", "haar_matrix", "sample_prompts", "PromptSampler", "bayes_predictions",
+__all__ = ["RandomReluFeatures", "RandomRepresentation", "haar_matrix", "sample_prompts", "PromptSampler", "bayes_predictions",
            "affine_features", "prefix_mean_predictions", "probe_r2", "probe_curves", "probe_metrics", "risks",
            "choose_lambda", "ridge_predictions", "ICLTransformer", "build", "run"]

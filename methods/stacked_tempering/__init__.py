@@ -10,15 +10,15 @@ from omegaconf import OmegaConf
 
 from common.config import UserError
 from methods.stacked_tempering.ising import ising_energy, wolff_ising
-from methods.stacked_tempering.measure import (count_transits, hold_labels, logistic_labeller,
+from methods.stacked_tempering.measure import (count_transits, exact_share, hold_labels, logistic_labeller,
                                                magnetisation_labeller, measure_all)
 from methods.stacked_tempering.rbm import BinaryRBM, check_binary, check_stack
 from methods.stacked_tempering.sampler import (count_mode_jumps, gibbs_step, init_stack, linear_betas, parallel_tempering_step,
-                                               pt_swap_log_acceptance, stack_cost, stacked_tempering_step,
+                                               pt_cost, pt_swap_log_acceptance, stack_cost, stack_products, stacked_tempering_step,
                                                swap_log_acceptance)
 from methods.stacked_tempering.train import pcd_gradient, random_stack, train_rbm, train_stack
 
-SAMPLERS = ("gibbs", "pt", "st", "st_random")
+SAMPLERS = ("gibbs", "gibbs_matched", "pt", "st", "st_random")
 
 
 def load_data(cfg) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,12 +92,15 @@ def run(cfg, ctx) -> dict[str, float]:
     v0 = x[start[torch.randint(len(start), (sm.chains,), generator=g)]]
     ref = stacks.get("st", [rbm1])
     labellers = _labellers(x, modes, ref, m.data, g, int(ctx.seed), m.labels)
+    # RBM 1's exact share of the start mode (enumerated over its hidden states), the balance's target
+    exact = exact_share(rbm1, labellers[0], int(sm.start_mode)) if m.get("exact_share", False) else None
     out = measure_all(list(m.samplers), rbm1, stacks, v0, sm.sweeps, labellers, int(sm.start_mode),
-                      sm.pt_replicas, sm.pt_beta_min, g)
+                      sm.pt_replicas, sm.pt_beta_min, g, exact)
     return out
 
 
-__all__ = ["BinaryRBM", "SAMPLERS", "build", "check_binary", "check_stack", "count_mode_jumps", "count_transits", "gibbs_step",
+__all__ = ["BinaryRBM", "SAMPLERS", "build", "check_binary", "check_stack", "count_mode_jumps", "count_transits",
+           "exact_share", "gibbs_step", "pt_cost", "stack_products",
            "hold_labels", "init_stack", "ising_energy", "linear_betas", "load_data", "parallel_tempering_step", "pcd_gradient",
            "pt_swap_log_acceptance", "random_stack", "run", "stack_cost", "stacked_tempering_step",
            "swap_log_acceptance", "train_rbm", "train_stack", "wolff_ising"]
