@@ -1,0 +1,97 @@
+"""Lattice-protein sequences (Jacquin, Gilson, Shakhnovich, Cocco & Monasson 2016): 27-site chains
+on a 3x3x3 cube, 20 amino acids plus the alignment gap '-', for the Stacked Tempering paper tier
+(issue #53). A stacked binary RBM reads them one-hot: v in {0,1}^(27*21) with exactly one 1 per site
+(a binary RBM over the one-hot code, not the paper's Potts RBM: a deviation the config states).
+
+The official Stacked Tempering repository (2024stacktemperingrbm/StackedTempering.jl) ships the
+sampler only, no data; no public copy of the paper's lattice-protein alignment with a fixed address
+was found here. So URL and SHA256 are unset: `load` reads a local FASTA (or one sequence a line) file
+and refuses it unless its sha256 is the one the caller pins (`expected_sha256`), and never
+downloads. When an official file is located, set URL to its raw address at a fixed commit and
+SHA256 to the hash of that blob, and `load(download=True)` fetches it.
+
+Not imported by any method package (it would move their code fingerprints); the stacked_tempering
+branch that uses it imports it inside the function that handles `method.data: lattice_proteins`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from common.data.download import DatasetNotFound, fetch, sha256
+
+ALPHABET = "ACDEFGHIKLMNPQRSTVWY-"          # 20 amino acids, then the gap
+LENGTH = 27
+URL: str | None = None                      # not found (see the module docstring)
+SHA256: str | None = None
+FILE = "lattice_proteins.fasta"
+
+
+def parse(text: str, length: int = LENGTH, alphabet: str = ALPHABET) -> torch.Tensor:
+    """int64 (n, length) codes (index in `alphabet`) of a FASTA text ('>' headers, a sequence over
+    one or more lines) or of one sequence a line. Upper-cases letters; ValueError on a foreign
+    letter or a sequence of another length, naming the sequence."""
+    seqs, current, header = [], [], None
+    lines = [ln.strip() for ln in text.splitlines()]
+    fasta = any(ln.startswith(">") for ln in lines)
+    for ln in lines:
+        if not ln:
+            continue
+        if ln.startswith(">"):
+            if current:
+                seqs.append((header, "".join(current)))
+            header, current = ln[1:].strip(), []
+        elif fasta:
+            current.append(ln)
+        else:
+            seqs.append((f"line {len(seqs) + 1}", ln))
+    if current:
+        seqs.append((header, "".join(current)))
+    if not seqs:
+        raise ValueError("no sequence found in the lattice-protein file")
+    index = {a: i for i, a in enumerate(alphabet)}
+    out = torch.empty(len(seqs), length, dtype=torch.int64)
+    for k, (name, seq) in enumerate(seqs):
+        seq = seq.upper()
+        if len(seq) != length:
+            raise ValueError(f"sequence {name!r} has {len(seq)} sites, expected {length}")
+        bad = sorted(set(seq) - set(index))
+        if bad:
+            raise ValueError(f"sequence {name!r} holds {bad}, outside the alphabet {alphabet!r}")
+        out[k] = torch.tensor([index[a] for a in seq])
+    return out
+
+
+def one_hot(codes: torch.Tensor, q: int = len(ALPHABET)) -> torch.Tensor:
+    """float (n, L*q) binary: site i's letter a sets unit i*q + a (the RBM's visible layer)."""
+    if codes.dim() != 2 or codes.numel() and (codes.min() < 0 or codes.max() >= q):
+        raise ValueError(f"codes must be (n, L) integers in [0, {q}), got shape {tuple(codes.shape)}")
+    return torch.nn.functional.one_hot(codes, q).reshape(len(codes), -1).float()
+
+
+def load(root: str | Path, download: bool = False, expected_sha256: str | None = None,
+         filename: str = FILE) -> torch.Tensor:
+    """int64 (n, 27) codes of <root>/<filename>, checked against `expected_sha256` (default the
+    module's SHA256). A file whose hash differs, or any file when no hash is pinned, is refused."""
+    path = Path(root) / filename
+    want = expected_sha256 or SHA256
+    if not path.is_file():
+        if download and URL is not None and SHA256 is not None:
+            fetch(URL, path, SHA256)
+        else:
+            raise DatasetNotFound(
+                f"{path} not found. No official download of the Stacked Tempering lattice-protein data is "
+                f"known (the official repository ships none); put the alignment at {path} and pin its sha256 "
+                f"(method.lattice_proteins.sha256).")
+    if want is None:
+        raise DatasetNotFound(f"{path}: no sha256 pinned for the lattice-protein data; refusing an unchecked file "
+                              f"(set method.lattice_proteins.sha256 to the hash of the file you mean to use)")
+    got = sha256(path)
+    if got != want:
+        raise DatasetNotFound(f"{path} has sha256 {got}, expected {want}: not the pinned lattice-protein file. "
+                              f"Delete it or fix the pin.")
+    return parse(path.read_text())
+
+
+__all__ = ["ALPHABET", "LENGTH", "SHA256", "URL", "load", "one_hot", "parse"]
