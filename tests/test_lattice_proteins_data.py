@@ -59,3 +59,13 @@ def test_load_checks_the_pinned_sha256(tmp_path):
 def test_missing_file_without_download_raises(tmp_path):
     with pytest.raises(DatasetNotFound, match="not found"):
         lp.load(tmp_path, download=True, expected_sha256="0" * 64)
+
+
+def test_header_labels(tmp_path):
+    text = f">a|0\n{SEQ_A}\n>b|1\n{SEQ_B}\n"
+    assert lp.header_labels(text).tolist() == [0, 1]
+    _, digest = _write(tmp_path, text)
+    codes, modes = lp.load(tmp_path, expected_sha256=digest, labels=True)
+    assert codes.shape == (2, 27) and modes.tolist() == [0, 1]
+    with pytest.raises(ValueError, match="no mode label"):
+        lp.header_labels(f">a\n{SEQ_A}\n")

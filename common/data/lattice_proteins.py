@@ -63,6 +63,24 @@ def parse(text: str, length: int = LENGTH, alphabet: str = ALPHABET) -> torch.Te
     return out
 
 
+def header_labels(text: str) -> torch.Tensor:
+    """int64 (n,) mode labels from FASTA headers of the form '>name|k' (k a non-negative integer:
+    e.g. the structure a sequence was designed to fold into), in file order. ValueError naming the
+    first header without one. The label convention is ours (the paper's file was not found)."""
+    labels = []
+    for ln in text.splitlines():
+        ln = ln.strip()
+        if not ln.startswith(">"):
+            continue
+        tail = ln.rsplit("|", 1)[-1].strip() if "|" in ln else ""
+        if not tail.isdigit():
+            raise ValueError(f"header {ln!r} carries no mode label; expected '>name|k' with k = 0, 1, ...")
+        labels.append(int(tail))
+    if not labels:
+        raise ValueError("no FASTA header found: mode labels need '>name|k' headers")
+    return torch.tensor(labels, dtype=torch.int64)
+
+
 def one_hot(codes: torch.Tensor, q: int = len(ALPHABET)) -> torch.Tensor:
     """float (n, L*q) binary: site i's letter a sets unit i*q + a (the RBM's visible layer)."""
     if codes.dim() != 2 or codes.numel() and (codes.min() < 0 or codes.max() >= q):
@@ -71,9 +89,10 @@ def one_hot(codes: torch.Tensor, q: int = len(ALPHABET)) -> torch.Tensor:
 
 
 def load(root: str | Path, download: bool = False, expected_sha256: str | None = None,
-         filename: str = FILE) -> torch.Tensor:
-    """int64 (n, 27) codes of <root>/<filename>, checked against `expected_sha256` (default the
-    module's SHA256). A file whose hash differs, or any file when no hash is pinned, is refused."""
+         filename: str = FILE, labels: bool = False):
+    """int64 (n, 27) codes of <root>/<filename> (with `labels`: (codes, header_labels)), checked
+    against `expected_sha256` (default the module's SHA256). A file whose hash differs, or any file
+    when no hash is pinned, is refused."""
     path = Path(root) / filename
     want = expected_sha256 or SHA256
     if not path.is_file():
@@ -91,7 +110,14 @@ def load(root: str | Path, download: bool = False, expected_sha256: str | None =
     if got != want:
         raise DatasetNotFound(f"{path} has sha256 {got}, expected {want}: not the pinned lattice-protein file. "
                               f"Delete it or fix the pin.")
-    return parse(path.read_text())
+    text = path.read_text()
+    codes = parse(text)
+    if not labels:
+        return codes
+    modes = header_labels(text)
+    if len(modes) != len(codes):
+        raise ValueError(f"{path}: {len(codes)} sequences but {len(modes)} labelled headers")
+    return codes, modes
 
 
-__all__ = ["ALPHABET", "LENGTH", "SHA256", "URL", "load", "one_hot", "parse"]
+__all__ = ["ALPHABET", "LENGTH", "SHA256", "URL", "header_labels", "load", "one_hot", "parse"]
