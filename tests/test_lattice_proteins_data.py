@@ -69,3 +69,14 @@ def test_header_labels(tmp_path):
     assert codes.shape == (2, 27) and modes.tolist() == [0, 1]
     with pytest.raises(ValueError, match="no mode label"):
         lp.header_labels(f">a\n{SEQ_A}\n")
+
+
+def test_download_keeps_only_a_file_with_the_pinned_sha256(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    source, digest = _write(src, f">a|0\n{SEQ_A}\n")
+    dest = tmp_path / "data"
+    with pytest.raises(DatasetNotFound, match="does not match"):
+        lp.load(dest, download=True, expected_sha256="0" * 64, url=source.as_uri())
+    assert not (dest / lp.FILE).exists()                           # the wrong file is not kept
+    assert lp.load(dest, download=True, expected_sha256=digest, url=source.as_uri()).shape == (1, 27)

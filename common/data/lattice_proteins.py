@@ -5,7 +5,8 @@ on a 3x3x3 cube, 20 amino acids plus the alignment gap '-', for the Stacked Temp
 
 The official Stacked Tempering repository (2024stacktemperingrbm/StackedTempering.jl) ships the
 sampler only, no data; no public copy of the paper's lattice-protein alignment with a fixed address
-was found here. So URL and SHA256 are unset: `load` reads a local FASTA (or one sequence a line) file
+was found here (CANDIDATE_URL below is the same lab's alignment, not confirmed to be the paper's).
+So URL and SHA256 are unset: `load` reads a local FASTA (or one sequence a line) file
 and refuses it unless its sha256 is the one the caller pins (`expected_sha256`), and never
 downloads. When an official file is located, set URL to its raw address at a fixed commit and
 SHA256 to the hash of that blob, and `load(download=True)` fetches it.
@@ -25,6 +26,13 @@ ALPHABET = "ACDEFGHIKLMNPQRSTVWY-"          # 20 amino acids, then the gap
 LENGTH = 27
 URL: str | None = None                      # not found (see the module docstring)
 SHA256: str | None = None
+# A candidate, NOT confirmed to be the paper's data: the same lab's public lattice-protein alignment
+# (Tubiana, Cocco & Monasson 2019; jertubiana/PGM, data/Lattice_Proteins/Lattice_Proteins_MSA.fasta at
+# a fixed commit): 46,265 sequences of 27 sites folding to ONE structure, headers '>>S<k>' without a
+# mode label. sha256 computed here from the mirrored blob (`git show <commit>:<path> | sha256sum`).
+CANDIDATE_URL = ("https://raw.githubusercontent.com/jertubiana/PGM/bb7b6df30dd534b7bb421b161679abb8691b2bb1/"
+                 "data/Lattice_Proteins/Lattice_Proteins_MSA.fasta")
+CANDIDATE_SHA256 = "f31662132e1893fc82d0e872074aa4790fa914caa1c77d18c23f196795193655"
 FILE = "lattice_proteins.fasta"
 
 
@@ -89,15 +97,17 @@ def one_hot(codes: torch.Tensor, q: int = len(ALPHABET)) -> torch.Tensor:
 
 
 def load(root: str | Path, download: bool = False, expected_sha256: str | None = None,
-         filename: str = FILE, labels: bool = False):
+         filename: str = FILE, labels: bool = False, url: str | None = None):
     """int64 (n, 27) codes of <root>/<filename> (with `labels`: (codes, header_labels)), checked
     against `expected_sha256` (default the module's SHA256). A file whose hash differs, or any file
-    when no hash is pinned, is refused."""
+    when no hash is pinned, is refused. With `download`, a missing file is fetched from `url`
+    (default the module's URL) only when a sha256 is pinned, and checked before it is kept."""
     path = Path(root) / filename
     want = expected_sha256 or SHA256
+    source = url or URL
     if not path.is_file():
-        if download and URL is not None and SHA256 is not None:
-            fetch(URL, path, SHA256)
+        if download and source is not None and want is not None:
+            fetch(source, path, want)
         else:
             raise DatasetNotFound(
                 f"{path} not found. No official download of the Stacked Tempering lattice-protein data is "
@@ -120,4 +130,4 @@ def load(root: str | Path, download: bool = False, expected_sha256: str | None =
     return codes, modes
 
 
-__all__ = ["ALPHABET", "LENGTH", "SHA256", "URL", "header_labels", "load", "one_hot", "parse"]
+__all__ = ["ALPHABET", "CANDIDATE_SHA256", "CANDIDATE_URL", "LENGTH", "SHA256", "URL", "header_labels", "load", "one_hot", "parse"]
