@@ -198,3 +198,159 @@ def test_pool_init_leaves_batchnorm_statistics_to_the_training_steps_alone():
     pool = ModelPool(make, 5, 4, torch.Generator().manual_seed(0))
     pool.init(torch.randn(8, 4), torch.randn(8, 2))
     assert [int(m[2].num_batches_tracked) for m in pool.models] == pool.steps
+
+
+def test_gradient_in_the_synthetic_images_matches_finite_differences_with_lambda_held():
+    """dL/dX_s through the embedding, against central differences of the loss written out in numpy
+    with lambda fixed at its value at X_s (the official distill.py detaches tr(K_ss))."""
+    embed, xs, ys, xt, yt = _features(seed=3, m=4, n=7)
+    rel = 1e-2
+
+    def loss_np(x, lam):
+        fs = np.hstack([np.tanh(x @ w), np.ones((len(x), 1))])
+        ft = np.hstack([np.tanh(xt.numpy() @ w), np.ones((len(xt), 1))])
+        pred = ft @ fs.T @ np.linalg.solve(fs @ fs.T + lam * np.eye(len(fs)), ys.numpy())
+        return np.mean((pred - yt.numpy()) ** 2)
+
+    g = torch.Generator().manual_seed(3)                      # the fixed map of _features, rebuilt
+    w = torch.randn(5, 4, generator=g, dtype=torch.float64).numpy()
+    fs0 = np.hstack([np.tanh(xs.numpy() @ w), np.ones((len(xs), 1))])
+    lam = rel * np.trace(fs0 @ fs0.T)
+    xg = xs.clone().requires_grad_(True)
+    krr_outer_loss(embed, xg, ys, xt, yt, rel_ridge=rel).backward()
+    num = np.zeros(xs.shape)
+    for i in range(xs.shape[0]):
+        for j in range(xs.shape[1]):
+            e = np.zeros(xs.shape)
+            e[i, j] = 1e-6
+            num[i, j] = (loss_np(xs.numpy() + e, lam) - loss_np(xs.numpy() - e, lam)) / 2e-6
+    np.testing.assert_allclose(xg.grad.numpy(), num, rtol=1e-5, atol=1e-10)
+
+
+class _Tiny(nn.Module):
+    """embed + fc, as the floor's ConvNet, small enough for hand computations."""
+
+    def __init__(self, d_in=5, h=4, d_out=3):
+        super().__init__()
+        self.body, self.fc, self.feature_dim = nn.Linear(d_in, h), nn.Linear(h, d_out), h
+
+    def embed(self, x):
+        return torch.tanh(self.body(x))
+
+    def forward(self, x):
+        return self.fc(self.embed(x))
+
+
+def test_one_distill_step_is_one_adamw_step_on_the_outer_loss_then_one_pool_update():
+    from methods.krr_st import distill
+
+    g0 = torch.Generator().manual_seed(0)
+    xs, ys = torch.randn(4, 5, generator=g0), torch.randn(4, 3, generator=g0)
+    xsrc, ysrc = torch.randn(12, 5, generator=g0), torch.randn(12, 3, generator=g0)
+    torch.manual_seed(7)
+    syn = distill(_Tiny, xs, ys, xsrc, ysrc, steps=1, batch_size=6, lr=0.05, num_models=3, online_steps=5,
+                  generator=torch.Generator().manual_seed(1), rel_ridge=1e-3)
+    # by hand: the same pool (models in order, u_j from the generator), j, the real batch
+    torch.manual_seed(7)
+    gen = torch.Generator().manual_seed(1)
+    pool = ModelPool(_Tiny, 3, 5, gen)
+    pool.init(xs, ys)
+    j = int(torch.randint(3, (1,), generator=gen))
+    idx = torch.randperm(12, generator=gen)[:6]
+    x, y = xs.clone().requires_grad_(True), ys.clone().requires_grad_(True)
+    krr_outer_loss(pool.models[j].eval().embed, x, y, xsrc[idx], ysrc[idx], 1e-3).backward()
+    for p, new in ((x, syn.images), (y, syn.targets)):      # AdamW's first step: lr * g / (|g| + eps)
+        torch.testing.assert_close(new.detach(), p.detach() - 0.05 * p.grad / (p.grad.abs() + 1e-8))
+
+
+def test_finetune_is_a_new_head_and_cosine_sgd_on_cross_entropy():
+    from methods.krr_st import finetune
+
+    x, y = torch.randn(10, 5), torch.arange(10) % 4
+    torch.manual_seed(0)
+    model = _Tiny()
+    hand = _Tiny()
+    hand.load_state_dict(model.state_dict())
+    torch.manual_seed(1)
+    finetune(model, x, y, 4, steps=3, batch_size=4, lr=0.1, momentum=0.9, weight_decay=5e-4,
+             generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(1)
+    hand.fc = nn.Linear(4, 4)
+    opt = torch.optim.SGD(hand.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    g = torch.Generator().manual_seed(2)
+    chunks = list(torch.randperm(10, generator=g).split(4))
+    for s, idx in enumerate(chunks):
+        for group in opt.param_groups:
+            group["lr"] = 0.1 * 0.5 * (1 + np.cos(np.pi * s / 3))
+        opt.zero_grad()
+        F.cross_entropy(hand(x[idx]), y[idx]).backward()
+        opt.step()
+    assert model.fc.out_features == 4
+    for a, b in zip(model.parameters(), hand.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_pretrain_schedules_and_adamw_match_a_hand_loop():
+    x, t = torch.randn(6, 5), torch.randn(6, 3)
+    for opt_name, schedule, lrs in (("sgd", "step", [0.1, 0.1, 0.01, 0.01]),
+                                    ("adamw", "cosine", [0.0, 0.1, 0.1 * 0.5 * (1 + np.cos(np.pi / 3)),
+                                                         0.1 * 0.5 * (1 + np.cos(2 * np.pi / 3))])):
+        torch.manual_seed(0)
+        model, hand = _Tiny(), _Tiny()
+        hand.load_state_dict(model.state_dict())
+        pretrain(model, x, t, steps=4, batch_size=6, lr=0.1, momentum=0.9, weight_decay=1e-3,
+                 generator=torch.Generator().manual_seed(0), optimizer=opt_name, schedule=schedule, warmup_steps=1)
+        opt = (torch.optim.SGD(hand.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3) if opt_name == "sgd"
+               else torch.optim.AdamW(hand.parameters(), lr=0.1, weight_decay=1e-3))
+        for lr in lrs:
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.zero_grad()
+            F.mse_loss(hand(x), t).backward()
+            opt.step()
+        for a, b in zip(model.parameters(), hand.parameters()):
+            torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="schedule"):
+        pretrain(_Tiny(), x, t, 1, 2, 0.1, 0.9, 0.0, schedule="linear")
+    with pytest.raises(ValueError, match="optimizer"):
+        pretrain(_Tiny(), x, t, 1, 2, 0.1, 0.9, 0.0, optimizer="adam")
+
+
+def test_krr_st_without_outer_steps_is_random_target_and_krr_sup_is_adamw_on_one_hot_labels():
+    from common.distill import class_balanced_indices
+    from methods.krr_st import _generator, pretrained_student
+
+    d = _fake_data()
+    over = ("method.head_dim=6", "method.num_images=8", "method.distill.steps=0", "method.pretrain.steps=2",
+            "method.pretrain.batch_size=8", "method.pretrain.labels.warmup_steps=1")
+    students, cfg = {}, _cfg(*over)
+    for row in ("krr_st", "random_target", "krr_sup"):
+        torch.manual_seed(0)
+        students[row], _ = pretrained_student(cfg, None, row, d, 0)
+    for a, b in zip(students["krr_st"].parameters(), students["random_target"].parameters()):
+        torch.testing.assert_close(a, b)
+    torch.manual_seed(0)
+    hand = ConvNet(1, 4, channels=(32, 64), norm="batchnorm", img_size=14)
+    idx = class_balanced_indices(d["y"], 2, _generator(0, 0))
+    pretrain(hand, d["x"][idx], F.one_hot(d["y"][idx], 4).float(), 2, 8, 3e-4, 0.0, 0.0, _generator(0, 2),
+             optimizer="adamw", schedule="cosine", warmup_steps=1)
+    for a, b in zip(students["krr_sup"].parameters(), hand.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_controls_move_as_far_as_krr_st_at_random_and_shuffle_the_targets():
+    from methods.krr_st import derangement, perturb_like
+
+    g = torch.Generator().manual_seed(0)
+    for m in (2, 3, 10):
+        p = derangement(m, g)
+        assert sorted(p.tolist()) == list(range(m)) and all(p[i] != i for i in range(m))
+    with pytest.raises(ValueError, match="m >= 2"):
+        derangement(1, g)
+    xs, ts = torch.randn(5, 1, 4, 4), torch.randn(5, 6)
+    px, pt = perturb_like(xs, ts, {"krr_st_shift": (0.7, 0.2)}, g)
+    assert float((px - xs).norm()) == pytest.approx(0.7, rel=1e-5)
+    assert float((pt - ts).norm()) == pytest.approx(0.2, rel=1e-5)
+    from common.config import UserError
+    with pytest.raises(UserError, match="needs krr_st before it"):
+        perturb_like(xs, ts, {}, g)

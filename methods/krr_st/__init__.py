@@ -16,7 +16,10 @@ from methods.krr_st.loss import krr_outer_loss
 from methods.krr_st.pool import ModelPool
 from methods.krr_st.train import accuracy, batches, distill, finetune, pretrain
 
-ROWS = ("krr_st", "random_target", "krr_sup", "random_sup", "kmeans_sup", "no_pretrain", "full_target")
+ROWS = ("krr_st", "random_target", "krr_sup", "random_sup", "kmeans_sup", "no_pretrain", "full_target",
+        "perturbed_target", "shuffled_target")
+# rows pretrained by MSE on g's representations of (some of) the source images
+_REPR_ROWS = ("krr_st", "random_target", "full_target", "perturbed_target", "shuffled_target")
 
 
 def build(cfg, head_dim: int | None = None) -> ConvNet:
@@ -29,7 +32,8 @@ def build(cfg, head_dim: int | None = None) -> ConvNet:
 
 def _generator(seed: int, stream: int) -> torch.Generator:
     """Independent streams of one run seed: 0 the source subset, 1 distillation, 2 pretraining,
-    3 the target labels, 4 fine-tuning (every row of a seed shares 0, 3 and 4)."""
+    3 the target labels, 4 fine-tuning (every row of a seed shares 0, 3 and 4), 5 the controls'
+    noise and permutation."""
     return torch.Generator().manual_seed(int(seed) * 100 + stream)
 
 
@@ -57,7 +61,7 @@ def pretrained_student(cfg, ctx, row: str, d: dict, seed: int, log=None) -> tupl
     num_classes = int(y.max()) + 1
     supervised = row in ("krr_sup", "random_sup", "kmeans_sup")
     make_model = lambda: build(cfg, num_classes if supervised else None)   # noqa: E731
-    if row in ("krr_st", "random_target", "full_target") and int(m.head_dim) != reps.shape[1]:
+    if row in _REPR_ROWS and int(m.head_dim) != reps.shape[1]:
         raise ValueError(f"row '{row}': the students' head width method.head_dim = {int(m.head_dim)} differs from "
                          f"the dim of g, {reps.shape[1]}")
     stats: dict[str, float] = {}
@@ -67,9 +71,13 @@ def pretrained_student(cfg, ctx, row: str, d: dict, seed: int, log=None) -> tupl
     p = m.pretrain
     if row == "full_target":
         xs, ts = x, reps
-    elif row in ("krr_st", "random_target"):
+    elif row in ("krr_st", "random_target", "perturbed_target", "shuffled_target"):
         idx = torch.randperm(n, generator=_generator(seed, 0))[:num]
         xs, ts = x[idx], reps[idx]
+        if row == "perturbed_target":
+            xs, ts = perturb_like(xs, ts, d, _generator(seed, 5))
+        elif row == "shuffled_target":
+            ts = ts[derangement(num, _generator(seed, 5))]
     else:
         if num % num_classes:
             raise ValueError(f"num_images m = {num} must be a multiple of the {num_classes} source classes")
@@ -98,11 +106,41 @@ def pretrained_student(cfg, ctx, row: str, d: dict, seed: int, log=None) -> tupl
             stats["outer_loss"] = float(last["outer_loss"])
         stats["image_shift"] = float((syn.images.detach() - xs).norm() / xs.norm())
         stats["target_shift"] = float((syn.targets.detach() - ts).norm() / ts.norm())
+        if row == "krr_st":      # the size of the distillation's move, for perturbed_target
+            d["krr_st_shift"] = (float((syn.images.detach() - xs).norm()), float((syn.targets.detach() - ts).norm()))
         xs, ts = syn.images.detach(), syn.targets.detach()
-    o = p.mse if ts.is_floating_point() else p.ce
-    pretrain(student, xs, ts, int(p.steps), int(p.batch_size), float(o.lr), float(o.momentum), float(o.weight_decay),
-             _generator(seed, 2))
+    # the official optimiser of each row's loss: MSE on representations (pretrain_krr_st.py), CE on
+    # labels (pretrain_dc.py), MSE on learnt labels (KIP/FRePo, pretrain_frepo.py)
+    o = p.ce if not ts.is_floating_point() else (p.labels if row == "krr_sup" else p.mse)
+    pretrain(student, xs, ts, int(p.steps), int(p.batch_size), float(o.lr), float(o.get("momentum", 0.0)),
+             float(o.weight_decay), _generator(seed, 2), optimizer=str(o.get("optimizer", "sgd")),
+             schedule=str(o.get("schedule", "constant")), warmup_steps=int(o.get("warmup_steps", 0)))
     return student, stats
+
+
+def perturb_like(xs: torch.Tensor, ts: torch.Tensor, d: dict, generator: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The norm-matched random move (row perturbed_target): X_s + e_x, Y_s + e_y with Gaussian e_x,
+    e_y scaled to the Frobenius norms of krr_st's own moves ||X_s' - X_s||, ||Y_s' - Y_s|| (this
+    seed's, d["krr_st_shift"]): the same amount of movement in a random direction."""
+    if "krr_st_shift" not in d:
+        raise UserError("row perturbed_target needs krr_st before it in method.rows (it matches krr_st's move)",
+                        exit_code=2)
+    dx, dy = d["krr_st_shift"]
+    ex = torch.randn(xs.shape, generator=generator, dtype=xs.dtype)
+    ey = torch.randn(ts.shape, generator=generator, dtype=ts.dtype)
+    return xs + ex * (dx / ex.norm()), ts + ey * (dy / ey.norm())
+
+
+def derangement(m: int, generator: torch.Generator) -> torch.Tensor:
+    """A permutation with no fixed point (m >= 2): image order[i] takes the target of order[i + 1]
+    (row shuffled_target: g's representations, each on the wrong image)."""
+    if m < 2:
+        raise ValueError(f"a derangement needs m >= 2, got {m}")
+    order = torch.randperm(m, generator=generator)
+    perm = torch.empty(m, dtype=torch.long)
+    perm[order] = order.roll(-1)
+    return perm
 
 
 def transfer_metrics(cfg, student: torch.nn.Module, d: dict, seed: int, labels_per_class: int) -> dict[str, float]:
@@ -146,5 +184,5 @@ def run(cfg, ctx) -> dict[str, float]:
     return out
 
 
-__all__ = ["ModelPool", "ROWS", "accuracy", "batches", "build", "distill", "finetune", "krr_outer_loss", "prepare",
-           "pretrain", "pretrained_student", "run", "transfer_metrics"]
+__all__ = ["ModelPool", "ROWS", "accuracy", "batches", "build", "derangement", "distill", "finetune", "krr_outer_loss",
+           "perturb_like", "prepare", "pretrain", "pretrained_student", "run", "transfer_metrics"]

@@ -24,12 +24,38 @@ def batches(n: int, batch_size: int, generator: torch.Generator | None) -> Itera
         yield from torch.randperm(n, generator=generator).split(batch_size)
 
 
+def _lr_factor(schedule: str, steps: int, warmup_steps: int) -> Callable[[int], float]:
+    """The pretraining lr multiplier at step s: constant (official pretrain_krr_st.py); step: x0.1
+    from steps // 2 on (official pretrain_dc.py, MultiStepLR at half the epochs); cosine: linear
+    warmup over warmup_steps, then cosine to 0 (official pretrain_frepo.py,
+    get_cosine_schedule_with_warmup)."""
+    if schedule == "constant":
+        return lambda s: 1.0
+    if schedule == "step":
+        return lambda s: 1.0 if s < steps // 2 else 0.1
+    if schedule == "cosine":
+        if not 0 <= warmup_steps < max(steps, 1):
+            raise ValueError(f"warmup_steps must lie in [0, steps), got {warmup_steps} of {steps}")
+
+        def f(s: int) -> float:
+            if s < warmup_steps:
+                return s / warmup_steps
+            return 0.5 * (1 + math.cos(math.pi * (s - warmup_steps) / max(steps - warmup_steps, 1)))
+        return f
+    raise ValueError(f"schedule must be 'constant', 'step' or 'cosine', got '{schedule}'")
+
+
 def pretrain(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, steps: int, batch_size: int, lr: float,
-             momentum: float, weight_decay: float, generator: torch.Generator | None = None) -> nn.Module:
-    """`steps` SGD steps on MSE(f(x_B), targets_B) for float targets (KRR-ST's representations,
-    learnt labels) or cross-entropy for int64 labels (the Random / Kmeans rows); in place."""
+             momentum: float, weight_decay: float, generator: torch.Generator | None = None, *,
+             optimizer: str = "sgd", schedule: str = "constant", warmup_steps: int = 0) -> nn.Module:
+    """`steps` steps on MSE(f(x_B), targets_B) for float targets (KRR-ST's representations,
+    learnt labels) or cross-entropy for int64 labels (the Random / Kmeans rows); in place.
+    optimizer: sgd (momentum, weight decay) or adamw (momentum unused); schedule: `_lr_factor`."""
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
+    if optimizer not in ("sgd", "adamw"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adamw', got '{optimizer}'")
+    factor = _lr_factor(schedule, steps, warmup_steps)
     if len(x) != len(targets):
         raise ValueError(f"images and targets differ in length: {len(x)} vs {len(targets)}")
     if targets.is_floating_point():
@@ -41,7 +67,11 @@ def pretrain(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, steps: in
             raise ValueError(f"the student's head width {tuple(width)} differs from the targets' dimension "
                              f"{tuple(targets.shape[1:])}")
     loss_fn = F.mse_loss if targets.is_floating_point() else F.cross_entropy
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     model.train()
     it = batches(len(x), batch_size, generator)
     for _ in range(steps):
@@ -49,6 +79,7 @@ def pretrain(model: nn.Module, x: torch.Tensor, targets: torch.Tensor, steps: in
         opt.zero_grad(set_to_none=True)
         loss_fn(model(x[idx]), targets[idx]).backward()
         opt.step()
+        sched.step()
     return model
 
 
