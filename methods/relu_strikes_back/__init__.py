@@ -9,10 +9,12 @@ from hydra.utils import instantiate
 from common import tasks
 from common.data.text import consecutive_windows
 from common.data.text_lm import BPETokenizer, CharTokenizer, documents, split_documents, token_stream
+from methods.relu_strikes_back.llm import CausalLMStep, run_llm
 from methods.relu_strikes_back.metrics import lm_metrics, record_attention_inputs
 from methods.relu_strikes_back.model import TinyLM
 from methods.relu_strikes_back.relufy import relufy, sparse_ffn
-from methods.relu_strikes_back.sparsity import (ShiftedReLU, activation_sparsity, aggregated_sparsity, ffn_flops,
+from methods.relu_strikes_back.sparsity import (ShiftedReLU, activation_sparsity, aggregated_sparsity, dead_fraction,
+                                                ffn_flops, live_sparsity, matched_shuffled_aggregated_sparsity,
                                                 shuffled_aggregated_sparsity, uniform_aggregated_sparsity)
 
 
@@ -44,7 +46,10 @@ def build(cfg) -> TinyLM:
 def run(cfg, ctx) -> dict[str, float]:
     """Train the LM (the shared Trainer) on random windows of the training stream; metrics on the
     first `method.eval_windows` consecutive validation windows, after training and (sub-row `init/`) at
-    step 0; with `method.relufy.stage` > 0 the activations are relufied before training."""
+    step 0; with `method.relufy.stage` > 0 the activations are relufied before training. With
+    `method.llm` set, a pretrained LM is relufied instead (llm.run_llm: SmolLM2's four sub-rows)."""
+    if cfg.method.get("llm") is not None:
+        return run_llm(cfg, ctx)
     _, train_ids, val_ids = _corpus(cfg)
     t, m = int(cfg.method.model.n_positions), cfg.method
     windows = consecutive_windows(val_ids, t)[: int(m.eval_windows)]
@@ -67,5 +72,6 @@ def run(cfg, ctx) -> dict[str, float]:
 
 
 __all__ = ["ShiftedReLU", "activation_sparsity", "aggregated_sparsity", "shuffled_aggregated_sparsity",
-           "uniform_aggregated_sparsity", "relufy", "sparse_ffn", "ffn_flops", "lm_metrics", "record_attention_inputs",
+           "uniform_aggregated_sparsity", "matched_shuffled_aggregated_sparsity", "dead_fraction", "live_sparsity",
+           "CausalLMStep", "run_llm", "relufy", "sparse_ffn", "ffn_flops", "lm_metrics", "record_attention_inputs",
            "TinyLM", "corpus", "build", "run"]

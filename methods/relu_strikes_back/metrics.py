@@ -9,7 +9,8 @@ from torch import nn
 
 from common.eval.language import perplexity
 from common.nn.gpt import record_ffn
-from methods.relu_strikes_back.sparsity import (activation_sparsity, aggregated_sparsity, ffn_flops,
+from methods.relu_strikes_back.sparsity import (activation_sparsity, aggregated_sparsity, dead_fraction, ffn_flops,
+                                                live_sparsity, matched_shuffled_aggregated_sparsity,
                                                 shuffled_aggregated_sparsity, uniform_aggregated_sparsity)
 
 
@@ -27,28 +28,36 @@ def record_attention_inputs(model: nn.Module):
             h.remove()
 
 
+def token_position_keys(windows: torch.Tensor) -> torch.Tensor:
+    """(n, t) keys, one per token row: input id and position together (the matched shuffle's groups)."""
+    return windows.cpu() * windows.shape[1] + torch.arange(windows.shape[1])
+
+
 @torch.no_grad()
 def lm_metrics(model: nn.Module, windows: torch.Tensor, *, d_model: int, agg_t: int = 32, shuffle_seed: int = 0,
                batch_size: int = 16, gated: bool = False) -> dict[str, float]:
-    """Metrics on `windows` (n, t): val_ppl (common.eval.perplexity), ffn_sparsity (exact zeros,
-    layer mean), agg_sparsity / _shuffled / _uniform at prefix length `agg_t` (layer mean),
-    ffn_flops_ratio (sparse / dense FFN FLOPs summed over layers), qkv_input_sparsity."""
+    """Metrics on `windows` (n, t): val_ppl (common.eval.perplexity; its forward passes are the ones
+    recorded), ffn_sparsity (exact zeros, layer mean), dead_fraction (neurons zero on every token),
+    ffn_sparsity_live (zeros among live neurons only), agg_sparsity / _shuffled / _matched (rows
+    permuted among the same input id at the same position) / _uniform at prefix length `agg_t`
+    (layer mean), ffn_flops_ratio (sparse / dense FFN FLOPs summed over layers), qkv_input_sparsity."""
     if not 1 <= agg_t <= windows.shape[1]:
         raise ValueError(f"agg_t must be in [1, {windows.shape[1]}], got {agg_t}")
-    was = model.training
-    model.eval()
-    ppl = perplexity(model, windows, batch_size=batch_size)
     with record_ffn(model) as ffn, record_attention_inputs(model) as attn:
-        for i in range(0, len(windows), batch_size):
-            model(windows[i:i + batch_size], use_cache=False)
-    model.train(was)
-    acts = [torch.cat(r) for r in ffn]
+        ppl = perplexity(model, windows, batch_size=batch_size)
+    acts = [torch.cat(r).cpu() for r in ffn]
+    keys = token_position_keys(windows)
     mean = lambda xs: float(sum(xs) / len(xs))   # noqa: E731
     flops = [ffn_flops(a, d_model, gated=gated) for a in acts]
+    at = agg_t - 1
     return {"val_ppl": ppl,
             "ffn_sparsity": mean([activation_sparsity(a) for a in acts]),
-            "agg_sparsity": mean([float(aggregated_sparsity(a)[agg_t - 1]) for a in acts]),
-            "agg_sparsity_shuffled": mean([float(shuffled_aggregated_sparsity(a, shuffle_seed)[agg_t - 1]) for a in acts]),
-            "agg_sparsity_uniform": mean([float(uniform_aggregated_sparsity(a)[agg_t - 1]) for a in acts]),
+            "dead_fraction": mean([dead_fraction(a) for a in acts]),
+            "ffn_sparsity_live": mean([live_sparsity(a) for a in acts]),
+            "agg_sparsity": mean([float(aggregated_sparsity(a)[at]) for a in acts]),
+            "agg_sparsity_shuffled": mean([float(shuffled_aggregated_sparsity(a, shuffle_seed)[at]) for a in acts]),
+            "agg_sparsity_matched": mean([float(matched_shuffled_aggregated_sparsity(a, keys, shuffle_seed)[at])
+                                          for a in acts]),
+            "agg_sparsity_uniform": mean([float(uniform_aggregated_sparsity(a)[at]) for a in acts]),
             "ffn_flops_ratio": sum(f["sparse"] for f in flops) / sum(f["dense"] for f in flops),
             "qkv_input_sparsity": mean([activation_sparsity(torch.cat(r)) for r in attn]) if attn else 0.0}

@@ -54,6 +54,44 @@ def shuffled_aggregated_sparsity(acts: torch.Tensor, seed: int = 0) -> torch.Ten
     return aggregated_sparsity(acts.reshape(b * t, n)[perm].reshape(b, t, n))
 
 
+def matched_shuffled_aggregated_sparsity(acts: torch.Tensor, keys: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Control: token rows permuted only among rows with the same key (e.g. the same input id at
+    the same position), across sequences, then aggregated. A featurizer of the key alone (a token /
+    position lookup) gives identical rows, so its aggregated sparsity is unchanged: only reuse that
+    comes from the sequence's other tokens is broken. Group g's rows, in row-major order, receive
+    its rows in the order `torch.randperm(len(g), generator)` (one generator seeded `seed`, groups
+    in ascending key order)."""
+    acts = _check(acts)
+    b, t, n = acts.shape
+    keys = keys if keys.dim() == 2 else keys[None]
+    if tuple(keys.shape) != (b, t):
+        raise ValueError(f"keys must have shape {(b, t)} (one per token row), got {tuple(keys.shape)}")
+    flat, order = keys.reshape(-1), torch.arange(b * t)
+    src = order.clone()
+    gen = torch.Generator().manual_seed(seed)
+    for key in torch.unique(flat):                          # ascending
+        rows = order[flat == key]
+        src[rows] = rows[torch.randperm(len(rows), generator=gen)]
+    return aggregated_sparsity(acts.reshape(b * t, n)[src].reshape(b, t, n))
+
+
+def dead_fraction(acts: torch.Tensor) -> float:
+    """Fraction of neurons that are zero on every token of `acts` (B, T, n) or (T, n): dead on this data."""
+    acts = _check(acts)
+    return float((~(acts != 0).reshape(-1, acts.shape[-1]).any(dim=0)).double().mean())
+
+
+def live_sparsity(acts: torch.Tensor) -> float:
+    """Fraction of exact zeros over tokens and the LIVE neurons only (those non-zero on some token):
+    sparsity that dead neurons cannot produce. 0 when no neuron is live (all dead passes nothing)."""
+    acts = _check(acts)
+    flat = acts.reshape(-1, acts.shape[-1]) != 0
+    live = flat.any(dim=0)
+    if not bool(live.any()):
+        return 0.0
+    return float((~flat[:, live]).double().mean())
+
+
 def uniform_aggregated_sparsity(acts: torch.Tensor) -> torch.Tensor:
     """Control (closed form): mean_b Π_{τ<=t} (1 − k_τ/n), k_τ active neurons at token τ drawn
     uniformly at random and independently."""

@@ -1,0 +1,87 @@
+"""Relufication of a pretrained LM (§4, stage 1) on SmolLM2-135M: one load per run, four sub-rows.
+
+`smollm2` (as loaded, SiLU), `swap_only` (SiLU -> ReLU, no training), `smollm2_tuned` (SiLU, the
+same continued training: the budget control), `relufied` (SiLU -> ReLU, then the same training).
+Both trainings see the same batches (a pure function of the step and the run seed)."""
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+from torch import nn
+
+from common import tasks
+from common.data.text import consecutive_windows
+from common.data.text_lm import documents, split_documents
+from methods.relu_strikes_back.metrics import lm_metrics
+from methods.relu_strikes_back.relufy import relufy
+
+SUB_ROWS = ("smollm2", "swap_only", "smollm2_tuned", "relufied")
+
+
+class CausalLMStep(nn.Module):
+    """A Hugging Face causal LM with the `training_step` the shared Trainer calls (next-token loss)."""
+
+    def __init__(self, lm: nn.Module):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, *args, **kwargs):
+        return self.lm(*args, **kwargs)
+
+    def training_step(self, batch: torch.Tensor):
+        return self.lm(batch, labels=batch, use_cache=False).loss, {}
+
+
+def encode_stream(docs, tokenizer, sep: str = "\n\n") -> torch.Tensor:
+    """The documents joined by `sep`, encoded by a Hugging Face tokenizer without special tokens."""
+    docs = list(docs)
+    if not docs:
+        raise ValueError("encode_stream needs at least one document")
+    return torch.tensor(tokenizer(sep.join(docs), add_special_tokens=False)["input_ids"], dtype=torch.long)
+
+
+@functools.lru_cache(maxsize=2)
+def _llm(name: str):
+    from common.nn.llm import load_causal_lm   # transformers only when a table needs it
+    return load_causal_lm(name)
+
+
+def llm_corpus(tokenizer, source: str, val_fraction: float, split_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train ids, val ids): the tiny-LM table's document split, encoded by the LM's own tokenizer."""
+    train, val = split_documents(documents(source), val_fraction, split_seed)
+    return encode_stream(train, tokenizer), encode_stream(val, tokenizer)
+
+
+def run_llm(cfg, ctx) -> dict[str, float]:
+    """The four sub-rows as `<sub>/<metric>` (metrics.lm_metrics, gated FFN FLOPs) on the first
+    `method.llm.eval_windows` consecutive validation windows of `method.llm.seq_len` tokens."""
+    m, llm = cfg.method, cfg.method.llm
+    base, tok = _llm(str(llm.name))
+    base = copy.deepcopy(base)   # the cached load stays untouched (relufy works in place)
+    d = m.data
+    train_ids, val_ids = llm_corpus(tok, str(d.source), float(d.val_fraction), int(d.split_seed))
+    t = int(llm.seq_len)
+    windows = consecutive_windows(val_ids, t)[: int(llm.eval_windows)].to(ctx.device)
+    evaluate = functools.partial(lm_metrics, windows=windows, d_model=int(base.config.hidden_size),
+                                 agg_t=int(m.agg_t), shuffle_seed=ctx.seed, batch_size=int(llm.eval_batch),
+                                 gated=True)
+    base = base.to(ctx.device)
+    out = {f"smollm2/{k}": v for k, v in evaluate(base).items()}
+    out |= {f"swap_only/{k}": v for k, v in evaluate(relufy(copy.deepcopy(base), stage=1,
+                                                           shift=float(m.relufy.shift))).items()}
+    sampler = ctx.sampler(len(train_ids) - t)
+    span = torch.arange(t)
+
+    def batches(step: int):
+        return train_ids[sampler(step)[:, None] + span].to(ctx.device)
+
+    def tune(model: nn.Module, stage: str) -> dict[str, float]:
+        wrapped = CausalLMStep(model).train()
+        got = tasks.fit_and_evaluate(ctx, wrapped, batches, lambda w: evaluate(w.lm), stage=stage)
+        return {f"{stage}/{k}": v for k, v in got.items()}
+
+    out |= tune(copy.deepcopy(base), "smollm2_tuned")
+    out |= tune(relufy(base, stage=1, shift=float(m.relufy.shift)), "relufied")
+    return out
