@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.metr import (METRViT, keep_rate_schedule, metr_loss, multi_exit_loss, place_on_canvas,
+from methods.metr import (KeepSchedule, METRViT, keep_rate_schedule, metr_loss, multi_exit_loss, place_on_canvas,
                           self_distillation_loss)
 from common.nn.token_reduction import forward_reduced
 
@@ -81,6 +81,48 @@ def test_keep_rate_schedule_is_evits_adjust_keep_rate():
     assert keep_rate_schedule(5 + t, 5, 10, 0.7) == pytest.approx(0.7 + 0.3 * (math.cos(math.pi * t / 10) + 1) / 2)
     assert keep_rate_schedule(15, 5, 10, 0.5) == 0.5 and keep_rate_schedule(99, 5, 10, 0.5) == 0.5
     assert keep_rate_schedule(0, 0, 0, 0.7) == 0.7                          # official METR: from step 0
+
+
+def test_keep_schedule_is_the_typed_train_keep_field_with_the_official_default():
+    official = KeepSchedule()                       # metr/main.py --base_keep_rate 0.7, shrink from epoch 0 over 0
+    assert [official(s) for s in (0, 1, 500)] == [0.7, 0.7, 0.7]
+    sched = KeepSchedule(base_keep_rate=0.5, warmup_steps=5, shrink_steps=10)
+    for step in (0, 4, 5, 8, 10, 15, 99):
+        # EViT's helpers.adjust_keep_rate written out (epochs of one iteration)
+        want = 1 if step < 5 else 0.5 if step >= 15 else 0.5 + 0.5 * (math.cos((step - 5) / 10 * math.pi) + 1) * 0.5
+        assert sched(step) == pytest.approx(want)
+    assert KeepSchedule(base_keep_rate=1.0)(0) == 1.0
+    with pytest.raises(ValueError, match=r"\(0, 1\], got 0"):
+        KeepSchedule(base_keep_rate=0.0)
+    with pytest.raises(ValueError, match=r"got -1, 0"):
+        KeepSchedule(warmup_steps=-1)
+
+
+def test_fine_tune_batches_carry_the_schedules_rate_and_training_reduces():
+    from omegaconf import OmegaConf
+    from methods.metr import Learner, _batches
+    cfg = OmegaConf.create({"method": {"canvas": None}})
+    x, y = torch.randint(0, 256, (8, 1, 16, 16), dtype=torch.uint8), torch.arange(8) % 3
+    sched = KeepSchedule(base_keep_rate=0.5, warmup_steps=1, shrink_steps=0)
+    batch = _batches(cfg, (x, y), 0, lambda step: torch.arange(4), sched)
+    assert batch(0)[2] == 1.0 and batch(1)[2] == 0.5 and batch(7)[2] == 0.5
+    assert _batches(cfg, (x, y), 0, lambda step: torch.arange(4), None)(7)[2] == 1.0
+    # a training step at rate 0.5 is the reduced forward (dropout 0: the eval-mode expression), and the
+    # exits' losses reach the blocks below them (block 0) through [CLS]
+    model = tiny().train()
+    learner = Learner(model, 0.15, 0.15, 1.0)
+    images, labels, rate = batch(1)
+    loss, logs = learner.training_step((images, labels, rate))
+    logits, exits = model.eval()(images, keep_rate=0.5)
+    torch.testing.assert_close(loss, metr_loss(logits, exits, labels, 0.15, 0.15, 1.0))
+    assert logs["keep_rate"] == 0.5
+    exits_only = Learner(tiny().train(), 1.0, 0.0, 1.0)
+    loss, _ = exits_only.training_step((images, labels, rate))
+    ce, _ = Learner(exits_only.model, 0.0, 0.0, 1.0).training_step((images, labels, rate))
+    (loss - ce).backward()
+    block0 = exits_only.model.vit.blocks[0].attn.qkv.weight.grad
+    assert block0 is not None and block0.abs().sum() > 0
+    assert exits_only.model.vit.head.weight.grad.abs().sum() == 0     # the exits' loss leaves the final head alone
 
 
 def test_place_on_canvas_matches_a_loop():

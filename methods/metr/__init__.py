@@ -1,9 +1,10 @@
 """METR: multi-exit training makes early [CLS] attention a reliable score for EViT token reduction
 (Liu, Kan, Shan, Chen; ICLR 2024). See README.md.
 
-run(): the off-the-shelf protocol (the paper's Table 1). A ViT pre-trained without exits (a stage,
-cached when `method.pretrain.seed` fixes one base for all seeds) is fine-tuned twice on the same
-batches: `evit` (cross-entropy only, the budget-matched control) and `metr` (with the exits' losses);
+run(): a ViT pre-trained without exits (a stage, cached when `method.pretrain.seed` fixes one base
+for all seeds) is fine-tuned twice on the same batches and with the same keep rate per step
+(`method.train_keep`, a KeepSchedule; official METR reduces from step 0, 1 = no reduction):
+`evit` (cross-entropy only, the budget-matched control) and `metr` (with the exits' losses);
 each, and the base, is scored at every rate of `method.eval_keep_rates` at the drop blocks with
 [CLS]-attention ranks and with random ranks. Metrics `<row>/acc_k<100 rho>` for the rows base,
 evit, evit_random, metr, metr_random, and `metr/exit_acc_b<block>` (rho = 1)."""
@@ -17,7 +18,7 @@ from torch import nn
 from common import data, tasks
 from common.config import UserError
 from methods.metr.canvas import place_on_canvas, random_offsets, step_generator
-from methods.metr.loss import keep_rate_schedule, metr_loss, multi_exit_loss, self_distillation_loss
+from methods.metr.loss import KeepSchedule, keep_rate_schedule, metr_loss, multi_exit_loss, self_distillation_loss
 from methods.metr.model import METRViT, exit_head
 
 ROWS = ("base", "evit", "metr")
@@ -73,9 +74,9 @@ def _splits(cfg):
     return (x, y), (xt, yt)
 
 
-def _batches(cfg, train, seed: int, sampler, keep):
+def _batches(cfg, train, seed: int, sampler, keep: KeepSchedule | None):
     """batches(step): the sampler's images, placed at offsets drawn from (seed, step), the labels,
-    and the step's keep rate (EViT's schedule; rate 1 throughout when `keep` is None)."""
+    and the step's keep rate (`keep(step)`, EViT's schedule; rate 1 throughout when `keep` is None)."""
     (x, y), canvas = train, cfg.method.canvas
 
     def batch(step: int):
@@ -85,8 +86,7 @@ def _batches(cfg, train, seed: int, sampler, keep):
             g = step_generator(seed, step)
             images = place_on_canvas(images, random_offsets(len(idx), images.shape[-1], int(canvas.size), g),
                                      int(canvas.size))
-        rate = 1.0 if keep is None else keep_rate_schedule(step, int(keep.warmup_steps), int(keep.shrink_steps),
-                                                           float(keep.base_keep_rate))
+        rate = 1.0 if keep is None else keep(step)
         return images, y[idx], rate
     return batch
 
@@ -169,6 +169,7 @@ def run(cfg, ctx) -> dict[str, float]:
     for key in ("me_weight", "sd_weight"):
         if float(m.loss[key]) < 0:
             raise UserError(f"method.loss.{key} must be >= 0, got {m.loss[key]}", exit_code=2)
+    keep = instantiate(m.train_keep)   # KeepSchedule: both fine-tunes reduce alike (ValueError on bad input)
     train, test = _splits(cfg)
     base = pretrain(cfg, ctx, train)
     rates = [float(r) for r in m.eval_keep_rates]
@@ -200,7 +201,7 @@ def run(cfg, ctx) -> dict[str, float]:
         model = build(cfg)
         model.load_state_dict(base)
         learner = Learner(model, me, sd, float(m.loss.tau))
-        batches = _batches(cfg, train, ctx.seed, ctx.sampler(len(train[1])), m.train_keep)
+        batches = _batches(cfg, train, ctx.seed, ctx.sampler(len(train[1])), keep)
         found = tasks.fit_and_evaluate(
             ctx, learner, batches,
             lambda lr, name=name: score(lr.model, test, rates, bs, dev, int(m.eval_seed), exits=name == "metr"),
@@ -209,5 +210,5 @@ def run(cfg, ctx) -> dict[str, float]:
     return metrics
 
 
-__all__ = ["Learner", "METRViT", "build", "exit_head", "keep_rate_schedule", "metr_loss", "multi_exit_loss",
+__all__ = ["KeepSchedule", "Learner", "METRViT", "build", "exit_head", "keep_rate_schedule", "metr_loss", "multi_exit_loss",
            "place_on_canvas", "pretrain", "run", "score", "self_distillation_loss"]

@@ -4,6 +4,7 @@ L = L_task + w_me L_me + w_sd L_sd (its Eq. 3-5); equation numbers below follow 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -70,4 +71,22 @@ def keep_rate_schedule(step: int, warmup_steps: int, shrink_steps: int, base_kee
     return base_keep_rate + (1 - base_keep_rate) * (math.cos(t / shrink_steps * math.pi) + 1) * 0.5
 
 
-__all__ = ["keep_rate_schedule", "metr_loss", "multi_exit_loss", "self_distillation_loss"]
+@dataclass(frozen=True)
+class KeepSchedule:
+    """The keep rate while fine-tuning (`method.train_keep`, a typed `_target_` block): EViT's
+    adjust_keep_rate as `keep_rate_schedule(step, warmup_steps, shrink_steps, base_keep_rate)`.
+    Defaults are the official METR training (metr/main.py --base_keep_rate 0.7; the launch script
+    metr/small_ratio_midw_kdw_kdt_ckpt.sh --shrink_start_epoch 0 --shrink_epochs 0): rho from step 0,
+    the model reducing at its drop blocks in every training step. base_keep_rate 1: no reduction."""
+    base_keep_rate: float = 0.7
+    warmup_steps: int = 0
+    shrink_steps: int = 0
+
+    def __post_init__(self):
+        keep_rate_schedule(0, self.warmup_steps, self.shrink_steps, self.base_keep_rate)   # ValueError on bad input
+
+    def __call__(self, step: int) -> float:
+        return keep_rate_schedule(step, self.warmup_steps, self.shrink_steps, self.base_keep_rate)
+
+
+__all__ = ["KeepSchedule", "keep_rate_schedule", "metr_loss", "multi_exit_loss", "self_distillation_loss"]
