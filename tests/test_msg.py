@@ -66,7 +66,7 @@ def test_msggpt_with_masks_one_is_the_plain_gpt():
     torch.testing.assert_close(m(ids()).logits, model(ids()).logits)
 
 
-@pytest.mark.parametrize("init", ["stack", "random"])
+@pytest.mark.parametrize("init", ["stack", "random", "zero"])
 @pytest.mark.parametrize("which", list(GROWTHS))
 def test_growth_at_mask_zero_is_the_small_model_even_with_wild_new_entries(which, init):
     old = small()
@@ -241,3 +241,70 @@ def test_configured_schedules_are_valid_and_end_at_the_target(exp):
     final = _msg_stage_steps(cfg, start)[-1][0]
     assert {k: getattr(final, k) for k in ("n_embd", "n_head", "n_inner", "n_layer")} == dict(cfg.method.target)
     assert growths[-1][0] + int(cfg.method.msg.ramp) <= int(cfg.trainer.max_steps)
+
+
+def test_zero_init_growth_has_zero_new_weights_and_dead_new_ffn_units():
+    """init="zero" (the degenerate control): every new weight 0, so new FFN units get no gradient."""
+    old = small()
+    new = grow(old, n_inner=20, n_layer=3, init="zero", generator=torch.Generator().manual_seed(3))
+    fresh = new_entry_masks(old, new)
+    for name, p in new.named_parameters():
+        if ".ln_" not in name and not name.startswith("transformer.ln_f"):
+            assert p[fresh[name]].abs().max() == 0 if fresh[name].any() else True, name
+    set_growth_mask(new, 0.5)
+    new(ids(), labels=ids()).loss.backward()
+    h0 = new.transformer.h[0].mlp
+    assert h0.c_fc.weight.grad[12:].abs().max() == 0 and h0.c_proj.weight.grad[:, 12:].abs().max() == 0
+    assert h0.c_fc.weight.grad[:12].abs().max() > 0
+
+
+def _official_rewind(step, n, w, r1, r2):
+    """get_scheduler_ex (cofe-ai/MSG model_ex/utils_ex_v2.py) with rewind_bool=True, written out."""
+    if step < w:
+        return step / max(1, w)
+    if step < r1:
+        return max(0.0, (n - step) / max(1, n - w))
+    if r2 is None or step < r2:
+        return max(0.0, (n - step + r1 - w) / max(1, n - w))
+    return max(0.0, (n - step + r2 - w) / max(1, n - w))
+
+
+def test_lr_scale_shift_is_the_official_rewind_and_reanneal_anneals_by_n():
+    from common.config import UserError
+    from common.trainer import lr_factor
+    from methods.msg.train import lr_scale
+    n, w, growths = 100, 10, (30, 60)
+    for step in range(w, n):   # the floor's warm-up is (step + 1)/w, the official step/w: compared after it
+        assert lr_scale(step, n, "linear", w, growths, "shift") == pytest.approx(_official_rewind(step, n, w, 30, 60))
+        assert lr_scale(step, n, "cosine", w, growths, "none") == lr_factor(step, n, "cosine", w)
+        assert lr_scale(step, n, "cosine", w, (), "reanneal") == lr_factor(step, n, "cosine", w)   # no growth
+    for step in range(60, n):   # cosine from the last growth's peak down to 0 at n
+        want = 0.5 * (1 + math.cos(math.pi * (step - 60) / (n - 60)))
+        assert lr_scale(step, n, "cosine", w, growths, "reanneal") == pytest.approx(want)
+    assert lr_scale(45, n, "cosine", w, growths, "reanneal") == pytest.approx(0.5 * (1 + math.cos(math.pi * 15 / 70)))
+    assert lr_scale(95, n, "cosine", w, (30, 60, 90), "reanneal") == lr_scale(95, n, "cosine", w, growths, "reanneal")
+    with pytest.raises(UserError) as err:   # the official rule rewinds at the first two growths only
+        lr_scale(0, n, "cosine", w, growths, "bogus")
+    assert err.value.exit_code == 2
+
+
+def test_the_loop_sets_the_rewound_lr(rewind="reanneal"):
+    from common.config import compose_checked
+    from methods.msg.train import lr_scale
+    cfg = compose_checked(["experiment=msg_smoke", f"method.msg.lr_rewind={rewind}"])
+    start = GPT(GPTConfig(vocab_size=11, **{k: cfg.method.model[k] for k in ("n_positions", "n_embd", "n_layer",
+                                                                              "n_head", "n_inner")}))
+    seen = {}
+
+    class Ctx:
+        seed, device = 0, "cpu"
+
+    gen = torch.Generator().manual_seed(0)
+    data = torch.randint(11, (8, 4, 16), generator=gen)
+    from methods.msg.train import train
+    train(cfg, Ctx(), start, lambda step: data[step], data[0], log=lambda d, step: seen.__setitem__(step - 1, d["lr"]))
+    sched, lr = cfg.trainer.schedule, cfg.trainer.optimizer.lr
+    want = {s: lr * lr_scale(s, 8, sched.name, sched.warmup_steps, (2, 5), rewind) for s in range(8)}
+    assert seen == pytest.approx(want)
+    assert seen[5] == pytest.approx(lr) and seen[2] == pytest.approx(lr)   # back at the peak at both growths
+    assert seen[4] < lr and seen[7] < seen[5]

@@ -2,7 +2,7 @@
 utils_ex_v2}.py, read not copied), the Net2Net baseline, and the Adam-state transfer.
 
     expand_linear    old weights in the leading slices of the new ones (per q/k/v block of c_attn)
-    init_weight_ex   new weights N(0, 0.02), biases 0, LayerNorm (1, 0)
+    init_weight_ex   new weights N(0, 0.02), biases 0, LayerNorm (1, 0) (init="zero": weights 0, a control)
     stack_block      new block i (appended on top) copies block idx[i − L] with
                      idx = [0..L−1]·(n // L − 1) + the top (n mod L) of [0..L−1]
     transfer_states  Adam step kept, moments embedded like the weights (zeros for new entries)
@@ -17,7 +17,7 @@ import torch
 from common.nn.gpt import GPT, GPTConfig
 from methods.msg.model import MSGGPT
 
-INITS = ("random", "stack")
+INITS = ("random", "stack", "zero")
 _QKV = ".attn.c_attn."
 
 
@@ -139,9 +139,10 @@ def _target_config(config: GPTConfig, n_embd, n_head, n_inner, n_layer) -> GPTCo
     return cfg
 
 
-def _init_new(model: GPT, generator: torch.Generator | None) -> None:
-    """init_weight_ex on every parameter: Linear/Embedding N(0, 0.02), biases 0, LayerNorm (1, 0)."""
-    std = model.config.initializer_range
+def _init_new(model: GPT, generator: torch.Generator | None, zero: bool = False) -> None:
+    """init_weight_ex on every parameter: Linear/Embedding N(0, 0.02) (0 when `zero`: the degenerate
+    control init, whose new units never break symmetry), biases 0, LayerNorm (1, 0)."""
+    std = 0.0 if zero else model.config.initializer_range
     with torch.no_grad():
         for name, p in model.named_parameters():
             if ".ln_" in name or name.startswith("transformer.ln_f"):
@@ -162,8 +163,9 @@ def _check_source(model) -> None:
 def grow(model: GPT, *, n_embd: int | None = None, n_head: int | None = None, n_inner: int | None = None,
          n_layer: int | None = None, init: str = "random", generator: torch.Generator | None = None) -> MSGGPT:
     """The grown MSGGPT (same dtype and device): old weights in the leading slices, new weights
-    N(0, 0.02); new blocks appended on top, copied (`init="stack"`) or drawn (`"random"`); the new
-    parts' masks 0 (function preserved exactly). None keeps a size."""
+    N(0, 0.02); new blocks appended on top, copied (`init="stack"`) or drawn (`"random"`); `"zero"`:
+    every new weight 0 (the degenerate control). The new parts' masks 0 (function preserved exactly).
+    None keeps a size."""
     _check_source(model)
     if init not in INITS:
         raise ValueError(f"unknown init '{init}'; choose one of {', '.join(INITS)}")
@@ -171,7 +173,7 @@ def grow(model: GPT, *, n_embd: int | None = None, n_head: int | None = None, n_
     p = next(model.parameters())
     with torch.random.fork_rng(devices=[]):
         new = MSGGPT(cfg).to(device=p.device, dtype=p.dtype)
-    _init_new(new, generator)
+    _init_new(new, generator, zero=init == "zero")
     old_sd = {k: v for k, v in model.state_dict().items() if not k.endswith("_mask")}
     new_params = dict(new.named_parameters())
     old_layers = model.config.n_layer

@@ -1,6 +1,8 @@
 """MSG's own training loop (growth swaps model and optimizer), forked from common/trainer.py:
-AdamW from `trainer.optimizer`, linear warm-up + cosine over all steps (`common.trainer.lr_factor`),
-gradient clipping, batches a pure function of the step. Rows (`method.msg.mode`):
+AdamW from `trainer.optimizer`, linear warm-up + the named schedule over all steps
+(`common.trainer.lr_factor`), rewound at the first two growths when `method.msg.lr_rewind` says so
+(`lr_scale`; official get_scheduler_ex), gradient clipping, batches a pure function of the step.
+Rows (`method.msg.mode`):
 
     msg              start small; width (n_embd, n_head, n_inner) at s1, layers at s2; masks ramp
                      0 -> 1 over `ramp` steps, then a plain GPT remains (end_grow)
@@ -27,6 +29,7 @@ from methods.msg.grow import (copy_adam_state, finish_growth, grow, in_growth, m
 from methods.msg.model import MSGGPT
 
 MODES = ("msg", "no_mask", "net2net", "scratch", "scratch_matched", "small_only")
+REWINDS = ("none", "shift", "reanneal")
 WIDTH = ("n_embd", "n_head", "n_inner")
 
 
@@ -50,6 +53,23 @@ def train_flops(stages) -> int:
             raise ValueError(f"a stage needs steps >= 0, batch >= 1, t >= 1; got {steps}, {batch}, {t}")
         total += int(steps) * int(batch) * int(t) * flops_per_token(config, int(t), training=True)
     return total
+
+
+def lr_scale(step: int, n: int, name: str, warmup: int, growth_steps=(), rewind: str = "none") -> float:
+    """The base LR's multiplier at `step` of `n`. `none`: the floor's warm-up + named schedule over
+    all n steps (`lr_factor`). At the first two growths g (official get_scheduler_ex rewinds at the
+    first two): `shift` (the official rule) rewinds the schedule to its peak, base(step - g + warmup),
+    so the tail ends un-annealed; `reanneal` returns to the peak and runs the schedule anew from g to
+    n, annealed by n. Rows without growths get `none` whatever `rewind` says."""
+    if rewind not in REWINDS:
+        raise UserError(f"method.msg.lr_rewind must be one of {', '.join(REWINDS)}, got '{rewind}'", exit_code=2)
+    done = [g for g in sorted(growth_steps)[:2] if g <= step]
+    if rewind == "none" or not done or (warmup and step < warmup):
+        return lr_factor(step, n, name, warmup)
+    g = done[-1]
+    if rewind == "shift":
+        return lr_factor(step - g + warmup, n, name, warmup)
+    return lr_factor(step - g, n - g, name, 0)
 
 
 def schedule(cfg) -> list[tuple[int, dict]]:
@@ -98,7 +118,8 @@ def _optimizer(cfg, model: torch.nn.Module, old_model=None, old_opt=None):
 
 def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None, on_step=None) -> tuple[GPT, dict]:
     """Run the row's loop; (final plain GPT, metrics: train_flops, steps, loss_jump (max |jump| over the
-    growths) and, for msg, the sub-rows' jumps). `on_step(model, steps_done)` after each update."""
+    growths) and, for msg, the sub-rows' jumps: no_mask, net2net, zero_no_mask). `on_step(model,
+    steps_done)` after each update."""
     m, tr = cfg.method.msg, cfg.trainer
     mode = str(m.mode)
     if mode not in MODES:
@@ -125,9 +146,16 @@ def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None, on_s
     opt = _optimizer(cfg, model)
     base_lr = float(tr.optimizer.lr)
     sched = tr.schedule
-    jumps: dict[str, list[float]] = {"": [], "no_mask/": [], "net2net/": []}
+    jumps: dict[str, list[float]] = {"": [], "no_mask/": [], "net2net/": [], "zero_no_mask/": []}
     grow_at = {s: sizes for s, sizes in growths} if mode in ("msg", "no_mask", "net2net") else {}
     current = None   # (grow step) of the growth in flight
+    rewind, rewind_at = str(m.get("lr_rewind", "none")), str(m.get("lr_rewind_at", "growths"))
+    lr_scale(0, steps, sched.name, int(sched.warmup_steps), (), rewind)   # a bad name exits before training
+    if rewind_at not in ("growths", "schedule"):
+        raise UserError(f"method.msg.lr_rewind_at must be growths or schedule, got '{rewind_at}'", exit_code=2)
+    # `schedule`: rewind at the schedule's growth steps in a row that does not grow (scratch, small_only
+    # with msg's LR profile: the control that separates the LR rule from the growth)
+    lr_at = grow_at if rewind_at == "growths" else [s for s, _ in growths]
     for step in range(steps):
         if step in grow_at:
             sizes = grow_at[step]
@@ -147,6 +175,10 @@ def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None, on_s
                 nm = finish_growth(set_growth_mask(grow(model, **sizes, init=str(m.init), generator=g2), 1.0))
                 jumps["no_mask/"].append(loss_jump(model, nm, val_batch))
                 jumps["net2net/"].append(loss_jump(model, net2net_grow(model, **sizes, generator=g2), val_batch))
+                # zero-initialised new weights without masks: preserving except through the LayerNorm
+                # statistics of the new hidden dims (the sharper control of the masks' exactness)
+                z = grow(model, **sizes, init="zero", generator=torch.Generator().manual_seed(0))
+                jumps["zero_no_mask/"].append(loss_jump(model, finish_growth(set_growth_mask(z, 1.0)), val_batch))
             opt = _optimizer(cfg, new, model, opt)
             model = new
         if current is not None:
@@ -158,7 +190,7 @@ def train(cfg, ctx, start: GPT, batches, val_batch: torch.Tensor, log=None, on_s
             else:
                 set_growth_mask(model, mu)
         for g in opt.param_groups:
-            g["lr"] = base_lr * lr_factor(step, steps, sched.name, int(sched.warmup_steps))
+            g["lr"] = base_lr * lr_scale(step, steps, sched.name, int(sched.warmup_steps), lr_at, rewind)
         model.train()
         ids = batches(step)
         loss = model(ids, labels=ids).loss
