@@ -80,3 +80,16 @@ def test_download_keeps_only_a_file_with_the_pinned_sha256(tmp_path):
         lp.load(dest, download=True, expected_sha256="0" * 64, url=source.as_uri())
     assert not (dest / lp.FILE).exists()                           # the wrong file is not kept
     assert lp.load(dest, download=True, expected_sha256=digest, url=source.as_uri()).shape == (1, 27)
+
+
+def test_stacked_tempering_reads_lattice_proteins(tmp_path):
+    from omegaconf import OmegaConf
+
+    from methods.stacked_tempering import load_data
+
+    _, digest = _write(tmp_path, f">a|0\n{SEQ_A}\n>b|1\n{SEQ_B}\n")
+    cfg = OmegaConf.create({"method": {"data": "lattice_proteins", "lattice_proteins": {
+        "root": str(tmp_path), "filename": lp.FILE, "sha256": digest}}})
+    x, modes = load_data(cfg)
+    assert x.shape == (2, 27 * 21) and modes.tolist() == [0, 1]
+    assert torch.equal(x, lp.one_hot(lp.parse(f"{SEQ_A}\n{SEQ_B}")))

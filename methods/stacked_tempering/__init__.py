@@ -38,12 +38,19 @@ def load_data(cfg) -> tuple[torch.Tensor, torch.Tensor]:
         spins = wolff_ising(i.size, 1.0 / i.temperature, i.num_samples, seed=i.seed, burn_in=i.burn_in, thin=i.thin)
         x = (spins.reshape(len(spins), -1).float() + 1) / 2
         return x, (spins.reshape(len(spins), -1).float().sum(-1) > 0).long()
-    raise UserError(f"method.data must be mnist or ising, got {m.data!r}", exit_code=2)
+    if m.data == "lattice_proteins":   # paper tier: one-hot sequences, modes from '>name|k' headers
+        from common.data import lattice_proteins
+
+        lp = m.lattice_proteins
+        codes, modes = lattice_proteins.load(lp.root, lp.get("url") is not None, lp.sha256, lp.filename, labels=True,
+                                             url=lp.get("url"))
+        return lattice_proteins.one_hot(codes), modes
+    raise UserError(f"method.data must be mnist, ising or lattice_proteins, got {m.data!r}", exit_code=2)
 
 
 def build(cfg) -> BinaryRBM:
     """RBM 1, untrained, for the data's visible size."""
-    num_visible = 784 if cfg.method.data == "mnist" else cfg.method.ising.size ** 2
+    num_visible = {"mnist": 784, "lattice_proteins": 27 * 21}.get(cfg.method.data, cfg.method.ising.size ** 2)
     return instantiate(cfg.method.rbm)(num_visible=num_visible)
 
 
@@ -77,13 +84,14 @@ def run(cfg, ctx) -> dict[str, float]:
     # stage 1: RBM 1 by PCD
     rbm1 = instantiate(cfg.method.rbm)(num_visible=x.shape[1], generator=g)
     train_rbm(rbm1, x, cfg.trainer.epochs, cfg.trainer.batch_size, _optimizer(cfg), m.pcd_steps, m.train_chains,
-              m.l2, g)
+              m.l2, g, negative=m.get("negative", "pcd"))
     # stage 2: the stack on RBM 1's hidden representations, and the untrained control stack
     s = m.stack
     stacks = {}
     if "st" in m.samplers:
         stacks["st"] = train_stack(rbm1, x, list(s.hidden_sizes), s.epochs, cfg.trainer.batch_size, _optimizer(cfg),
-                                   m.pcd_steps, m.train_chains, s.l2, cfg.method.rbm.init_std, g)
+                                   m.pcd_steps, m.train_chains, s.l2, cfg.method.rbm.init_std, g,
+                                   negative=m.get("negative", "pcd"))
     if "st_random" in m.samplers:
         stacks["st_random"] = random_stack(rbm1, list(s.hidden_sizes), cfg.method.rbm.init_std, g)
     # stage 3: every sampler from the start mode

@@ -29,6 +29,59 @@ def pcd_gradient(rbm: BinaryRBM, v_data: torch.Tensor, v_model: torch.Tensor):
         return dw, v_data.mean(0) - v_model.mean(0), ph_d.mean(0) - ph_m.mean(0)
 
 
+def _states(n: int, lo: int, hi: int, dtype) -> torch.Tensor:
+    """Binary states lo..hi-1 of n units, one per row (bit j of the index = unit j)."""
+    idx = torch.arange(lo, hi)
+    return ((idx[:, None] >> torch.arange(n)) & 1).to(dtype)
+
+
+def model_moments(rbm: BinaryRBM, chunk: int = 1 << 14):
+    """Exact model moments (<v h^T>, <v>, <h>) of a small RBM, enumerating its smaller layer (<= 20
+    units): over hidden states, p(h) ∝ exp(-F_h(h)) and E[v | h] = p(v = 1 | h); over visible states,
+    p(v) ∝ exp(-F_v(v)) and E[h | v] = p(h = 1 | v). float64 weights, one pass over the states."""
+    n, m = rbm.num_visible, rbm.num_hidden
+    side = "h" if m <= n else "v"
+    k = min(n, m)
+    if k > 20:
+        raise ValueError(f"exact moments enumerate 2^min(N, M) states; min(N, M) = {k} is too many (at most 20)")
+    a, b, w = rbm.visible_bias, rbm.hidden_bias, rbm.weight
+    vh = torch.zeros(n, m, dtype=torch.float64)
+    ev, eh = torch.zeros(n, dtype=torch.float64), torch.zeros(m, dtype=torch.float64)
+    z, shift = torch.zeros((), dtype=torch.float64), None
+    with torch.no_grad():
+        # one pass, the sums kept relative to the running max log-weight (a streaming logsumexp)
+        for lo in range(0, 2 ** k, chunk):
+            s = _states(k, lo, min(lo + chunk, 2 ** k), w.dtype)
+            field = a + s @ w.T if side == "h" else b + s @ w        # the other layer's input fields
+            logw = (s @ (b if side == "h" else a) + torch.nn.functional.softplus(field).sum(-1)).double()
+            top = logw.max()
+            if shift is None or top > shift:
+                scale = torch.exp(shift - top) if shift is not None else 0.0
+                vh, ev, eh, z, shift = vh * scale, ev * scale, eh * scale, z * scale, top
+            p = torch.exp(logw - shift)                 # <= 1: safe in the RBM's dtype
+            z += p.sum()
+            p = p.to(w.dtype)
+            cond = torch.sigmoid(field)
+            v, h = (cond, s) if side == "h" else (s, cond)
+            vh += (v.T @ (p[:, None] * h)).double()
+            ev += (p @ v).double()
+            eh += (p @ h).double()
+        vh, ev, eh = vh / z, ev / z, eh / z
+    dt = rbm.weight.dtype
+    return vh.to(dt), ev.to(dt), eh.to(dt)
+
+
+def exact_gradient(rbm: BinaryRBM, v_data: torch.Tensor):
+    """`pcd_gradient` with the model term exact (`model_moments`) instead of the chains' average: the
+    log-likelihood gradient itself, so the modes' relative weights are learned even where no chain
+    could cross between them (ours; the paper trains by PCD, see README Deviations)."""
+    with torch.no_grad():
+        v_data = v_data.to(rbm.weight.dtype)
+        ph_d = rbm.hidden_probs(v_data)
+        vh, ev, eh = model_moments(rbm)
+        return v_data.T @ ph_d / len(v_data) - vh, v_data.mean(0) - ev, ph_d.mean(0) - eh
+
+
 def init_visible_bias(rbm: BinaryRBM, data: torch.Tensor, eps: float = 1e-3) -> None:
     """a_i = logit of the data's mean of v_i (clamped to [eps, 1 - eps]): the independent-site fit."""
     with torch.no_grad():
@@ -38,9 +91,13 @@ def init_visible_bias(rbm: BinaryRBM, data: torch.Tensor, eps: float = 1e-3) -> 
 
 def train_rbm(rbm: BinaryRBM, data: torch.Tensor | Callable[[int], torch.Tensor], epochs: int, batch_size: int,
               optimizer: Callable, pcd_steps: int = 1, num_chains: int = 100, l2: float = 0.0,
-              generator: torch.Generator | None = None, init_visible: bool = True) -> BinaryRBM:
+              generator: torch.Generator | None = None, init_visible: bool = True,
+              negative: str = "pcd") -> BinaryRBM:
     """PCD training. `data`: binary (n, N), or a function epoch -> binary (n, N) (the upper RBMs'
-    inputs, redrawn each epoch). `optimizer(params)` builds a torch optimizer."""
+    inputs, redrawn each epoch). `optimizer(params)` builds a torch optimizer. negative="exact"
+    takes the model term from `exact_gradient` (small RBMs) instead of persistent chains."""
+    if negative not in ("pcd", "exact"):
+        raise ValueError(f"negative must be 'pcd' or 'exact', got {negative!r}")
     if epochs < 0 or batch_size < 1 or pcd_steps < 1 or num_chains < 1:
         raise ValueError(f"need epochs >= 0, batch_size, pcd_steps, num_chains >= 1; got {epochs}, "
                          f"{batch_size}, {pcd_steps}, {num_chains}")
@@ -58,10 +115,13 @@ def train_rbm(rbm: BinaryRBM, data: torch.Tensor | Callable[[int], torch.Tensor]
         order = torch.randperm(len(x), generator=generator)
         for start in range(0, len(x), batch_size):
             batch = x[order[start:start + batch_size]]
-            with torch.no_grad():
-                for _ in range(pcd_steps):
-                    chains, _ = gibbs_step(rbm, chains, generator)
-            dw, da, db = pcd_gradient(rbm, batch, chains)
+            if negative == "exact":
+                dw, da, db = exact_gradient(rbm, batch)
+            else:
+                with torch.no_grad():
+                    for _ in range(pcd_steps):
+                        chains, _ = gibbs_step(rbm, chains, generator)
+                dw, da, db = pcd_gradient(rbm, batch, chains)
             rbm.weight.grad = -(dw - l2 * rbm.weight.detach())
             rbm.visible_bias.grad = -da
             rbm.hidden_bias.grad = -db
@@ -71,7 +131,8 @@ def train_rbm(rbm: BinaryRBM, data: torch.Tensor | Callable[[int], torch.Tensor]
 
 def train_stack(rbm1: BinaryRBM, data: torch.Tensor, hidden_sizes, epochs: int, batch_size: int,
                 optimizer: Callable, pcd_steps: int = 1, num_chains: int = 100, l2: float = 0.0,
-                init_std: float = 0.01, generator: torch.Generator | None = None) -> list[BinaryRBM]:
+                init_std: float = 0.01, generator: torch.Generator | None = None,
+                negative: str = "pcd") -> list[BinaryRBM]:
     """RBMs 2.. on top of a trained RBM 1: RBM l+1 (M_l -> hidden_sizes[l-1]) on h ~ p_l(h | v) of
     RBM l's inputs (redrawn each epoch, bottom-up from the data). Returns [rbm1, rbm2, ...]."""
     rbms = [rbm1]
@@ -86,7 +147,8 @@ def train_stack(rbm1: BinaryRBM, data: torch.Tensor, hidden_sizes, epochs: int, 
             return x
 
         rbm = BinaryRBM(rbms[-1].num_hidden, int(size), init_std=init_std, generator=generator)
-        rbms.append(train_rbm(rbm, inputs, epochs, batch_size, optimizer, pcd_steps, num_chains, l2, generator))
+        rbms.append(train_rbm(rbm, inputs, epochs, batch_size, optimizer, pcd_steps, num_chains, l2, generator,
+                              negative=negative))
     return rbms
 
 
