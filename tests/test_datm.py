@@ -205,3 +205,24 @@ def test_distill_splits_validation_and_standardisation():
         distill_splits("digits", "data", False, "train")
     with pytest.raises(ValueError, match="val_share"):
         distill_splits("digits", "data", False, "val", 1.5)
+
+
+def test_distill_splits_tinyimagenet_reaches_its_checked_loader(tmp_path, monkeypatch):
+    """The paper tier's Tiny ImageNet: distill_splits itself registers the loader (no "unknown
+    dataset" on a fresh import), which says how to get the data when absent and refuses an archive
+    whose sha256 is not the pinned one."""
+    import sys
+
+    import common.data.tinyimagenet as tiny
+    from common.data import REGISTRY
+    from common.data.download import DatasetNotFound
+    from methods.datm import distill_splits
+    if tiny.is_unpacked(tiny.SHARED):
+        pytest.skip("a shared Tiny ImageNet copy is on this machine: the absent-data path cannot be reached")
+    monkeypatch.delitem(REGISTRY, "tinyimagenet", raising=False)        # as in a process that never imported it
+    monkeypatch.delitem(sys.modules, "common.data.tinyimagenet", raising=False)
+    with pytest.raises(DatasetNotFound, match="tinyimagenet.*is not on this machine"):
+        distill_splits("tinyimagenet", str(tmp_path), False)
+    (tmp_path / tiny.ARCHIVE).write_bytes(b"not the archive")
+    with pytest.raises(DatasetNotFound, match="sha256"):
+        distill_splits("tinyimagenet", str(tmp_path), False)

@@ -16,6 +16,8 @@ def distill_splits(name: str, root: str, download: bool, eval_on: str = "test", 
         raise ValueError(f"eval_on must be 'test' or 'val', got '{eval_on}'")
     if preprocess not in ("standardize", "zca"):
         raise ValueError(f"preprocess must be 'standardize' or 'zca', got '{preprocess}'")
+    if name == "tinyimagenet":   # the paper tier's; the loader registers itself on import (as krr_st's)
+        import common.data.tinyimagenet  # noqa: F401
     x, y = data.load(name, "train", root, download)
     if eval_on == "val":
         if not 0 < val_share < 1:
