@@ -11,6 +11,8 @@ from methods.relu_strikes_back.sparsity import ShiftedReLU
 
 ARCH = dict(n_positions=16, n_embd=16, n_layer=1, n_head=2, n_inner=32)
 DATA = dict(source="fortunes", tokenizer="char", val_fraction=0.1, split_seed=0, bpe_vocab=512)
+NET = {"_target_": "methods.relu_strikes_back.TinyLM"}
+CORPUS = {"_target_": "methods.relu_strikes_back.corpus", **DATA}
 OPT = {"_target_": "torch.optim.AdamW", "lr": 1e-2, "betas": [0.9, 0.95], "weight_decay": 0.1}
 
 
@@ -51,16 +53,16 @@ def test_stage_is_seeded_cached_and_leaves_the_random_state_alone():
     vocab = corpus(**DATA)[0].vocab_size
     torch.manual_seed(123)
     before = torch.random.get_rng_state()
-    first = pretrained_tiny_lm(vocab, seed=7, data=DATA, pretrain=_spec(), activation_function="gelu", **ARCH)
+    first = pretrained_tiny_lm(vocab, seed=7, net=NET, corpus=CORPUS, pretrain=_spec(), activation_function="gelu", **ARCH)
     assert torch.equal(torch.random.get_rng_state(), before)
-    again = pretrained_tiny_lm(vocab, seed=7, data=DATA, pretrain=_spec(), activation_function="gelu", **ARCH)
+    again = pretrained_tiny_lm(vocab, seed=7, net=NET, corpus=CORPUS, pretrain=_spec(), activation_function="gelu", **ARCH)
     assert torch.equal(torch.random.get_rng_state(), before)
     assert all(torch.equal(x, y) for x, y in zip(first.state_dict().values(), again.state_dict().values()))
     assert first is not again   # a fresh module each call: relufy works in place
     torch.manual_seed(7)
     untrained = TinyLM(vocab, activation_function="gelu", **ARCH)
     assert not torch.equal(untrained.lm_head.weight, first.lm_head.weight)   # trained, from the seed's init
-    other = pretrained_tiny_lm(vocab, seed=8, data=DATA, pretrain=_spec(), activation_function="gelu", **ARCH)
+    other = pretrained_tiny_lm(vocab, seed=8, net=NET, corpus=CORPUS, pretrain=_spec(), activation_function="gelu", **ARCH)
     assert not torch.equal(other.lm_head.weight, first.lm_head.weight)
     relufy(again, stage=1)
     assert isinstance(again.transformer.h[0].mlp.act, ShiftedReLU)
@@ -70,7 +72,7 @@ def test_stage_is_seeded_cached_and_leaves_the_random_state_alone():
 def test_bad_input():
     vocab = corpus(**DATA)[0].vocab_size
     with pytest.raises(ValueError, match="vocab_size"):
-        pretrained_tiny_lm(vocab + 1, seed=0, data=DATA, pretrain=_spec(), **ARCH)
+        pretrained_tiny_lm(vocab + 1, seed=0, net=NET, corpus=CORPUS, pretrain=_spec(), **ARCH)
     with pytest.raises(ValueError, match="steps"):
         pretrain_lm(TinyLM(20, **ARCH), torch.arange(100) % 20, 16, 0, _spec(steps=-1))
     with pytest.raises(ValueError, match="too few"):

@@ -54,25 +54,25 @@ def pretrain_lm(model: torch.nn.Module, train_ids: torch.Tensor, seq_len: int, s
     return losses
 
 
-def pretrained_tiny_lm(vocab_size: int, seed: int, data, pretrain, n_positions: int = 64, n_embd: int = 128,
+def pretrained_tiny_lm(vocab_size: int, seed: int, net, corpus, pretrain, n_positions: int = 64, n_embd: int = 128,
                        n_layer: int = 4, n_head: int = 4, n_inner: int | None = 512,
                        activation_function: str = "gelu"):
-    """methods.relu_strikes_back.TinyLM(activation_function) built under `seed` and trained for
-    `pretrain.steps` on the training stream of `data` (the method's corpus: same split and
-    tokenizer). The process's random state is left as it was, whether the stage is trained here or
-    found in the cache, so every row of a seed starts from the same weights and the same state."""
-    from methods.relu_strikes_back import TinyLM, corpus   # the method's model and corpus (no cycle: it does not import this)
-
-    data, spec = _plain(data), _plain(pretrain)
+    """`net` (a `_target_` block: the method's LM class, here methods.relu_strikes_back.TinyLM) built
+    with these arguments under `seed` and trained for `pretrain.steps` on the training stream of
+    `corpus` (a `_target_` block returning (tokenizer, train ids, val ids): the method's corpus, same
+    split and tokenizer). Both come by `_target_`, so common/ imports no method. The process's random
+    state is left as it was, whether the stage is trained here or found in the cache, so every row
+    of a seed starts from the same weights and the same state."""
+    net, corpus, spec = _plain(net), _plain(corpus), _plain(pretrain)
     arch = dict(vocab_size=int(vocab_size), n_positions=int(n_positions), n_embd=int(n_embd), n_layer=int(n_layer),
                 n_head=int(n_head), n_inner=n_inner, activation_function=str(activation_function))
-    key = json.dumps({"arch": arch, "data": data, "pretrain": spec, "seed": int(seed)}, sort_keys=True, default=str)
+    key = json.dumps({"net": net, "arch": arch, "corpus": corpus, "pretrain": spec, "seed": int(seed)},
+                     sort_keys=True, default=str)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        model = TinyLM(**arch)
+        model = instantiate(net, **arch)
         if key not in _STAGES:
-            tok, train_ids, _ = corpus(str(data["source"]), str(data["tokenizer"]), float(data["val_fraction"]),
-                                       int(data["split_seed"]), int(data["bpe_vocab"]))
+            tok, train_ids, _ = instantiate(corpus)
             if tok.vocab_size != arch["vocab_size"]:
                 raise ValueError(f"vocab_size {vocab_size} is not the corpus tokenizer's ({tok.vocab_size})")
             pretrain_lm(model, train_ids, int(n_positions), int(seed), spec)
