@@ -293,13 +293,14 @@ def test_finetune_is_a_new_head_and_cosine_sgd_on_cross_entropy():
 def test_pretrain_schedules_and_adamw_match_a_hand_loop():
     x, t = torch.randn(6, 5), torch.randn(6, 3)
     for opt_name, schedule, lrs in (("sgd", "step", [0.1, 0.1, 0.01, 0.01]),
-                                    ("adamw", "cosine", [0.0, 0.1, 0.1 * 0.5 * (1 + np.cos(np.pi / 3)),
+                                    # warm-up 2 of 5 steps, (s + 1) / 2 (the shared trainer's), then cosine
+                                    ("adamw", "cosine", [0.05, 0.1, 0.1, 0.1 * 0.5 * (1 + np.cos(np.pi / 3)),
                                                          0.1 * 0.5 * (1 + np.cos(2 * np.pi / 3))])):
         torch.manual_seed(0)
         model, hand = _Tiny(), _Tiny()
         hand.load_state_dict(model.state_dict())
-        pretrain(model, x, t, steps=4, batch_size=6, lr=0.1, momentum=0.9, weight_decay=1e-3,
-                 generator=torch.Generator().manual_seed(0), optimizer=opt_name, schedule=schedule, warmup_steps=1)
+        pretrain(model, x, t, steps=len(lrs), batch_size=6, lr=0.1, momentum=0.9, weight_decay=1e-3,
+                 generator=torch.Generator().manual_seed(0), optimizer=opt_name, schedule=schedule, warmup_steps=2)
         opt = (torch.optim.SGD(hand.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3) if opt_name == "sgd"
                else torch.optim.AdamW(hand.parameters(), lr=0.1, weight_decay=1e-3))
         for lr in lrs:

@@ -3,7 +3,6 @@ distilled (or real) set and fine-tuning on the target task. Official `train.py`,
 `algorithms/{distill,pretrain_krr_st,pretrain_dc,finetune}.py`."""
 from __future__ import annotations
 
-import math
 from typing import Callable, Iterator
 
 import torch
@@ -11,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.distill import SyntheticSet
+from common.trainer import lr_factor
 from methods.krr_st.loss import krr_outer_loss
 from methods.krr_st.pool import ModelPool
 
@@ -25,23 +25,20 @@ def batches(n: int, batch_size: int, generator: torch.Generator | None) -> Itera
 
 
 def _lr_factor(schedule: str, steps: int, warmup_steps: int) -> Callable[[int], float]:
-    """The pretraining lr multiplier at step s: constant (official pretrain_krr_st.py); step: x0.1
-    from steps // 2 on (official pretrain_dc.py, MultiStepLR at half the epochs); cosine: linear
-    warmup over warmup_steps, then cosine to 0 (official pretrain_frepo.py,
-    get_cosine_schedule_with_warmup)."""
-    if schedule == "constant":
-        return lambda s: 1.0
+    """The pretraining lr multiplier at step s. constant (official pretrain_krr_st.py) and cosine
+    (linear warm-up over warmup_steps, then cosine to 0: official pretrain_frepo.py,
+    get_cosine_schedule_with_warmup) are the shared trainer's `lr_factor`; its warm-up ramps
+    (s + 1) / warmup where the official one ramps s / warmup (first step at lr 0): a 1 / warmup shift
+    over the warm-up only (README Deviations). step (x0.1 from steps // 2 on: official pretrain_dc.py,
+    MultiStepLR at half the epochs) is not a shared schedule, so it stays here."""
     if schedule == "step":
         return lambda s: 1.0 if s < steps // 2 else 0.1
+    if schedule == "constant":
+        return lambda s: lr_factor(s, steps, "constant", 0)
     if schedule == "cosine":
         if not 0 <= warmup_steps < max(steps, 1):
             raise ValueError(f"warmup_steps must lie in [0, steps), got {warmup_steps} of {steps}")
-
-        def f(s: int) -> float:
-            if s < warmup_steps:
-                return s / warmup_steps
-            return 0.5 * (1 + math.cos(math.pi * (s - warmup_steps) / max(steps - warmup_steps, 1)))
-        return f
+        return lambda s: lr_factor(s, steps, "cosine", warmup_steps)
     raise ValueError(f"schedule must be 'constant', 'step' or 'cosine', got '{schedule}'")
 
 
@@ -89,7 +86,7 @@ def finetune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, num_classes: in
     and fine-tune every layer with CE, SGD and a cosine schedule over `steps`; in place."""
     model.fc = nn.Linear(model.feature_dim, num_classes)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / max(steps, 1))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps, "cosine", 0))
     model.train()
     it = batches(len(x), batch_size, generator)
     for _ in range(steps):
