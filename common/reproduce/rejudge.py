@@ -1,7 +1,7 @@
 """Re-judging a published table on its recorded runs, without running anything.
 
-A claim, a control, a headline mark, a known failure's `why` or an extension rule is not a run
-setting: changing one must not cost a re-run. `reproduce.py <m> --rejudge` reads
+A claim, a control, a headline mark, a known failure's `why`, the `paper:` block or an extension
+rule is not a run setting: changing one must not cost a re-run. `reproduce.py <m> --rejudge` reads
 results/<m>_<tier>[_heldout].json, checks that the code, run machinery, settings and packages that
 produced each table still match (otherwise the runs describe other code: re-run it), applies the
 table's extension rule to the recorded seeds (refusing when it needs seeds the record lacks), judges
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from hydra import compose
+from omegaconf import OmegaConf
 
 from common import results
 from common.config import UserError
@@ -52,6 +53,8 @@ def rejudge_table(method: str, table: TableResult, extra: list[str]) -> TableRes
     out.extension = extension
     judge_claims(base, out, table.experiment)
     out.fingerprint = {**recorded, "seeds": current["seeds"], "extend": current.get("extend")}
+    # the paper's source and numbers are not run settings either: the record takes the config's
+    out.paper = OmegaConf.to_container(base.paper) if base.paper else None
     out.rejudged = {k: v for k, v in results.provenance().items() if k in ("git_sha", "time")}
     return out
 
