@@ -170,6 +170,8 @@ def run(cfg, ctx) -> dict[str, float]:
         if float(m.loss[key]) < 0:
             raise UserError(f"method.loss.{key} must be >= 0, got {m.loss[key]}", exit_code=2)
     keep = instantiate(m.train_keep)   # KeepSchedule: both fine-tunes reduce alike (ValueError on bad input)
+    if cfg.dataset.name == "imagenet":   # the paper tier: registers the ImageNet-1k loader (a new module)
+        import common.data.imagenet  # noqa: F401
     train, test = _splits(cfg)
     base = pretrain(cfg, ctx, train)
     rates = [float(r) for r in m.eval_keep_rates]
