@@ -274,3 +274,51 @@ def test_encoder_is_pretrained_once_and_later_runs_load_it(compose_cfg, tmp_path
     assert sorted((tmp_path / "cache").glob("encoder-*.pt")) == cached
     again = run_method(compose_cfg([*base, f"run_dir={tmp_path / 'c'}", "seed=0"]))
     assert again == first                                                  # loaded weights = trained weights
+
+
+def test_check_features_bad_input():
+    from methods.p2ot import check_features
+
+    check_features("simclr", 0)
+    check_features("supervised", 10)
+    with pytest.raises(ValueError, match="method.features must be one of"):
+        check_features("dino", 10)
+    with pytest.raises(ValueError, match="reference.steps must be > 0"):
+        check_features("supervised", 0)
+
+
+@needs_fashion
+def test_supervised_features_cluster_the_cached_reference(compose_cfg, tmp_path):
+    """`method.features=supervised`: k-means runs on the cached supervised reference's features (k-means
+    re-done here on that model's features of the same long-tailed draw gives the same metrics), the
+    SimCLR encoder and the reference are the same cached models as in a `simclr` run, and the kmeans
+    row differs from the `simclr` run's."""
+    from common import data as datasets
+    from common.instantiate import instantiate
+    from common.runner import run_method
+    from methods.p2ot import SupervisedNet, clustered_pool, plain_features
+
+    base = ["experiment=p2ot_smoke", f"method.encoder_cache.dir={tmp_path / 'cache'}", "method.reference.steps=3",
+            "method.rules={p2ot: {rho_start: 0.1, rho_end: 1.0, kl_weight: 1.0}}", "seed=0"]
+    simclr = run_method(compose_cfg([*base, f"run_dir={tmp_path / 'a'}"]))
+    cfg = compose_cfg([*base, f"run_dir={tmp_path / 'b'}", "method.features=supervised"])
+    sup = run_method(cfg)
+    assert sup["encoder/knn_acc"] == simclr["encoder/knn_acc"]
+    assert sup["supervised/knn_acc"] == simclr["supervised/knn_acc"]
+    assert sup["kmeans/nmi"] != simclr["kmeans/nmi"]
+    (path,) = sorted((tmp_path / "cache").glob("supervised-*.pt"))
+    m = cfg.method
+    encoder, feat_dim = instantiate(m.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
+    net = SupervisedNet(encoder, feat_dim, int(cfg.dataset.num_classes))
+    net.load_state_dict(torch.load(path, weights_only=True)["model"])
+    net.eval()
+    train_x, train_y = datasets.load(cfg.dataset.name, "train", cfg.dataset.root, cfg.dataset.download)
+    test_x, test_y = datasets.image_splits(cfg.dataset)["test"]
+    pool = clustered_pool(len(train_y), m.cluster_split, m.val_size)
+    lt = pool[long_tailed_indices(train_y[pool], m.imbalance_ratio, m.max_per_class, 0)]
+    with torch.no_grad():
+        feats = [plain_features(net.features, x, m.feature_batch_size) for x in (train_x[lt], test_x)]
+    km_train, km_test = kmeans_clusters(*feats, 10, 0, m.kmeans_n_init)
+    km = evaluate_clusters(km_train, train_y[lt], km_test, test_y, 10)
+    assert km["nmi"] == pytest.approx(sup["kmeans/nmi"], abs=1e-9)
+    assert km["macc"] == pytest.approx(sup["kmeans/macc"], abs=1e-9)

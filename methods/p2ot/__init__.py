@@ -43,10 +43,12 @@ def pretrain_encoder(cfg, ctx, model: nn.Module, images: torch.Tensor, knn_data:
                         int(c.seed), evaluate=lambda mdl: {"knn_acc": encoder_knn(mdl, *knn_data, **c.knn)})
 
 
-def supervised_reference(cfg, ctx, images: torch.Tensor, labels: torch.Tensor, knn_data: tuple) -> dict:
-    """kNN accuracy of a supervised SmallCNN (the encoder's architecture, cross-entropy on the same
-    balanced train images and labels, `method.reference` steps), trained once and cached: what
-    the SimCLR features are measured against."""
+def supervised_reference(cfg, ctx, images: torch.Tensor, labels: torch.Tensor,
+                         knn_data: tuple) -> tuple[nn.Module, dict]:
+    """A supervised SmallCNN (the encoder's architecture, cross-entropy on the same balanced train
+    images and labels, `method.reference` steps), trained once and cached: what the SimCLR features
+    are measured against, and the features clustered under `method.features: supervised`.
+    Returns the model, frozen, and {knn_acc, steps, cached}."""
     c, r = cfg.method.encoder_cache, cfg.method.reference
     trainer_cfg = OmegaConf.merge(cfg.trainer, {"max_steps": r.steps, "ckpt_every": r.steps,
                                                 "optimizer": OmegaConf.to_container(r.optimizer)})
@@ -55,9 +57,20 @@ def supervised_reference(cfg, ctx, images: torch.Tensor, labels: torch.Tensor, k
     model = SupervisedNet(encoder, feat_dim, int(cfg.dataset.num_classes))
     sampler = ctx.sampler(len(images), seed=int(c.seed))
     batch_fn = lambda step: (images[sampler(step)].to(ctx.device), labels[sampler(step)].to(ctx.device))  # noqa: E731
-    _, info = cached_model(ctx, model, key, c.dir, "supervised", batch_fn, int(c.seed), trainer_cfg,
-                           evaluate=lambda mdl: {"knn_acc": encoder_knn(mdl, *knn_data, **c.knn)})
-    return info
+    return cached_model(ctx, model, key, c.dir, "supervised", batch_fn, int(c.seed), trainer_cfg,
+                        evaluate=lambda mdl: {"knn_acc": encoder_knn(mdl, *knn_data, **c.knn)})
+
+
+FEATURES = ("simclr", "supervised")
+
+
+def check_features(features: str, reference_steps: int) -> None:
+    """`method.features`: which cached model's frozen features are clustered."""
+    if features not in FEATURES:
+        raise ValueError(f"method.features must be one of {FEATURES}, got '{features}'")
+    if features == "supervised" and reference_steps <= 0:
+        raise ValueError("method.features=supervised clusters the supervised reference's features: "
+                         f"method.reference.steps must be > 0, got {reference_steps}")
 
 
 def clustered_pool(num_images: int, split: str, val_size: int) -> torch.LongTensor:
@@ -78,10 +91,12 @@ def clustered_pool(num_images: int, split: str, val_size: int) -> torch.LongTens
 
 def run(cfg, ctx) -> dict[str, float]:
     """Metrics `<row>/<metric>` for k-means and every rule of `method.rules` (sela, uot, pot,
-    p2ot), all on the same frozen features: acc, macc, nmi, ari, f1 on the long-tailed set
+    p2ot), all on the same frozen features (`method.features`: the cached SimCLR encoder's, or the
+    cached supervised reference's): acc, macc, nmi, ari, f1 on the long-tailed set
     (drawn from the `method.cluster_split` part of the train split), the same with `test_` on the
     balanced test split; `encoder/knn_acc` and `supervised/knn_acc` (the cached encoders)."""
     m, k = cfg.method, int(cfg.dataset.num_classes)
+    check_features(m.features, int(m.reference.steps))
     splits = datasets.image_splits(cfg.dataset)
     train_x, train_y = datasets.load(cfg.dataset.name, "train", cfg.dataset.root, cfg.dataset.download)
     test_x, test_y = splits["test"]
@@ -94,7 +109,10 @@ def run(cfg, ctx) -> dict[str, float]:
     encoder, enc_info = pretrain_encoder(cfg, ctx, models["encoder"], splits["train"][0], knn_data)
     metrics = {"encoder/knn_acc": enc_info["knn_acc"]}
     if m.reference.steps > 0:
-        metrics["supervised/knn_acc"] = supervised_reference(cfg, ctx, *splits["train"], knn_data)["knn_acc"]
+        reference, ref_info = supervised_reference(cfg, ctx, *splits["train"], knn_data)
+        metrics["supervised/knn_acc"] = ref_info["knn_acc"]
+        if m.features == "supervised":   # the stronger frozen features (README, Deviations)
+            encoder = reference
     features = lambda x: encoder.features(x.to(ctx.device)).cpu()  # noqa: E731  uint8 -> (B, D)
     views = view_features(features, lt_x, m.views, instantiate(m.encoder.augment), ctx.seed, m.feature_batch_size)
     lt_feats = plain_features(features, lt_x, m.feature_batch_size)
@@ -125,7 +143,7 @@ def run(cfg, ctx) -> dict[str, float]:
     return {name: float(v) for name, v in metrics.items() if math.isfinite(v)}
 
 
-__all__ = ["AugmentedSolution", "ClusterHead", "CosineHead", "LogitsMemory", "SupervisedNet", "build", "cached_model", "cluster_metrics", "clustered_pool",
+__all__ = ["AugmentedSolution", "ClusterHead", "CosineHead", "LogitsMemory", "FEATURES", "SupervisedNet", "build", "cached_model", "check_features", "cluster_metrics", "clustered_pool",
            "evaluate_clusters", "kmeans_clusters", "long_tailed_counts", "long_tailed_indices", "p2ot_objective",
            "plain_features", "predict_clusters", "pretrain_encoder", "pseudo_labels", "supervised_reference", "rho_schedule", "run",
            "soft_cross_entropy", "solve_augmented", "solve_p2ot", "sorted_sizes", "swapped_label_loss",
