@@ -3,9 +3,11 @@
     python scripts/reproduce.py <method> --tier {smoke,mini,paper} [--check] [--fresh] [--seeds 100,101,102] [--only EXP] [override ...]
     python scripts/reproduce.py --ci-plan [--budget-min 35]      what CI would re-run, and its minutes
     python scripts/reproduce.py --ci [--budget-min 35]           run that plan (CI), exit 1 on a failed claim
+    python scripts/reproduce.py [<method>] --stale               every stale published table, held-out and
+                                                                 supporting ones too (exit 1 if any)
     python scripts/reproduce.py <method> --tier paper --dry-run  build every paper-tier model on the meta device
-    python scripts/reproduce.py <method> --rejudge [--held-out]  judge the published record again (claims,
-                                                                 controls, headline marks edited; no run)
+    python scripts/reproduce.py <method> --rejudge [--held-out] [--only EXP]  judge the published record
+                                                                 again (claims, controls, headline marks edited; no run)
 
 Runs every row x seed of configs/experiment/<method>_<tier>*.yaml, judges each claim paired over
 seeds (PASS / WITHIN NOISE / FAIL), writes results/<method>_<tier>.{md,json} (+ learning curves)
@@ -44,6 +46,9 @@ def main() -> None:
                         help="run and publish only these tables of the tier (the record keeps the others)")
     parser.add_argument("--seeds", type=seed_list, help="held-out seeds, e.g. 100,101,102")
     parser.add_argument("--ci-plan", action="store_true", help="print what CI would re-run")
+    parser.add_argument("--stale", action="store_true",
+                        help="list every published table (supporting and held-out too) whose code or settings "
+                             "moved; exit 1 when any did (with a method: only its records)")
     parser.add_argument("--ci", action="store_true", help="run the CI plan; exit 1 when a claim fails")
     parser.add_argument("--budget-min", type=float, default=35.0, help="CI's minutes for tables")
     parser.add_argument("--dry-run", action="store_true", help="paper tier: build each model on the meta device")
@@ -58,8 +63,8 @@ def main() -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. hardware=cuda")
     args = parser.parse_args()
-    if not (args.method or args.ci_plan or args.ci):
-        parser.error("name a method, or pass --ci-plan / --ci")
+    if not (args.method or args.ci_plan or args.ci or args.stale):
+        parser.error("name a method, or pass --ci-plan / --ci / --stale")
     try:
         check_choices(args.overrides + ([f"method={args.method}"] if args.method else []))
     except UserError as err:
@@ -75,6 +80,12 @@ def main() -> None:
             entries = plan(args.budget_min)
             print(describe(entries, args.budget_min))
             return run_plan(entries, args.budget_min) if args.ci else 0
+        if args.stale:
+            from common.reproduce.stale import describe, stale_tables
+
+            found = stale_tables(args.tier, [args.method] if args.method else None)
+            print(describe(found))
+            return 1 if any(not t.tuning for t in found) else 0
         if args.dry_run or args.gpu_smoke:
             from common.reproduce.paper import dry_run, gpu_smoke
 
@@ -83,7 +94,7 @@ def main() -> None:
         from common.reproduce import rejudge_published, reproduce
 
         if args.rejudge:
-            return rejudge_published(args.method, args.tier, args.held_out, args.check, args.overrides)
+            return rejudge_published(args.method, args.tier, args.held_out, args.check, args.overrides, args.only)
         return reproduce(args.method, args.tier, args.check, args.overrides, args.fresh, args.headline, args.seeds, args.only)
 
     sys.exit(guarded(job, args.debug))

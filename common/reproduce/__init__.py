@@ -34,12 +34,13 @@ def verdict(tables: list[TableResult], method: str = "", tier: str = "", log=pri
     return 1 if failed or empty else 0
 
 
-def rejudge_published(method: str, tier: str, held_out: bool, check: bool, extra: list[str]) -> int:
+def rejudge_published(method: str, tier: str, held_out: bool, check: bool, extra: list[str],
+                      only: list[str] | None = None) -> int:
     """Judge a published record again by the configs as they stand (no run; see rejudge.py)."""
     from common.reproduce.rejudge import rejudge
 
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        tables = rejudge(method, tier, held_out, extra)
+        tables = rejudge(method, tier, held_out, extra, only)
     command = f"python scripts/reproduce.py {method} --tier {tier}" + (" --seeds ..." if held_out else "")
     print(publish(method, tier, tables, command, {}, rejudged=True))
     code = verdict(tables, method, tier)

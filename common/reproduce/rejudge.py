@@ -6,7 +6,9 @@ results/<m>_<tier>[_heldout].json, checks that the code, run machinery, settings
 produced each table still match (otherwise the runs describe other code: re-run it), applies the
 table's extension rule to the recorded seeds (refusing when it needs seeds the record lacks), judges
 every claim again and publishes the record with a `rejudged` stamp beside its original `verified` one.
-A stale table other than the headline one is kept as recorded, with a warning (it needs a re-run)."""
+A stale table other than the headline one is kept as recorded, with a warning (it needs a re-run).
+`--only EXP,...` re-judges just those tables and keeps the others as recorded, so a supporting table's
+claim can be re-judged while the headline table waits for its re-run."""
 from __future__ import annotations
 
 import json
@@ -59,22 +61,28 @@ def rejudge_table(method: str, table: TableResult, extra: list[str]) -> TableRes
     return out
 
 
-def rejudge(method: str, tier: str, held_out: bool, extra: list[str]) -> list[TableResult]:
+def rejudge(method: str, tier: str, held_out: bool, extra: list[str],
+            only: list[str] | None = None) -> list[TableResult]:
     path = RESULTS_DIR / f"{stem(method, tier, held_out)}.json"
     if not path.exists():
         raise UserError(f"no record {path.relative_to(results.ROOT)} to re-judge; run the table first", exit_code=2)
     record = json.loads(path.read_text())
+    recorded = [d["experiment"] for d in record["tables"]]
+    unknown = sorted(set(only or ()) - set(recorded))
+    if unknown:
+        raise UserError(f"--only {','.join(unknown)}: not in {path.name} (it holds {', '.join(recorded)})",
+                        exit_code=2)
     tables = []
     for d in record["tables"]:
         table = TableResult.from_dict(d)
-        if table.purpose == "tuning":   # a sweep makes no claims: kept as recorded
-            tables.append(table)
+        if table.purpose == "tuning" or (only and table.experiment not in only):
+            tables.append(table)   # a sweep makes no claims; a table --only leaves out is not judged
             continue
         try:
             tables.append(rejudge_table(method, table, extra))
         except UserError as err:
-            if table.experiment == f"{method}_{tier}":
-                raise   # the headline table must be judged by today's claims
+            if table.experiment == f"{method}_{tier}" or only:
+                raise   # the headline table, or one named by --only, must be judged by today's claims
             print(f"warning: kept as recorded, not re-judged: {err}")
             tables.append(table)
     return tables
