@@ -1,6 +1,6 @@
 """MSG (issue #48): the one-knob schedule sweep (msg_mini_sweep, tuning seeds 10-12) read from the
 record: validation loss against each knob (s1, s2, ramp; the others at the prototype's 150 / 300 / 20),
-per seed and mean, scratch's band; and the paired differences to the base schedule and to scratch
+per seed and mean, scratch's band (std over seeds as the tables: ddof 0); and the paired differences to the base schedule and to scratch
 as a markdown table. No training: it reads what `scripts/reproduce.py msg --tier mini --only
 msg_mini_sweep` wrote to results/msg_mini.json.
 
@@ -26,7 +26,7 @@ def per_seed(table: dict, row: str, metric: str = "val_loss") -> dict[int, float
 
 def paired(a: dict, b: dict) -> tuple[float, float, list[float]]:
     d = [a[s] - b[s] for s in sorted(a) if s in b]
-    return float(np.mean(d)), float(np.std(d, ddof=1)) if len(d) > 1 else 0.0, d
+    return float(np.mean(d)), float(np.std(d)) if len(d) > 1 else 0.0, d
 
 
 def main():
@@ -48,13 +48,13 @@ def main():
         ds, dss, dlist = paired(v, scratch)
         fl = table["runs"][row][0]["train_flops"] / sflops
         cells = [row, *(("—",) * 3 if row == "scratch" else tuple(str(sz[k]) for k in ("s1", "s2", "ramp"))),
-                 f"{np.mean(vals):.3f} ± {np.std(vals, ddof=1):.3f}",
+                 f"{np.mean(vals):.3f} ± {np.std(vals):.3f}",
                  "" if row in ("base", "scratch") else f"{db:+.3f} ± {dbs:.3f}",
                  "" if row == "scratch" else f"{ds:+.3f} ± {dss:.3f}",
                  "" if row == "scratch" else ", ".join(f"{x:+.3f}" for x in dlist), f"{fl:.2f}"]
         print("| " + " | ".join(cells) + " |")
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
-    s_mean, s_std = np.mean(list(scratch.values())), np.std(list(scratch.values()), ddof=1)
+    s_mean, s_std = np.mean(list(scratch.values())), np.std(list(scratch.values()))
     for ax, (knob, rows) in zip(axes, KNOBS.items()):
         xs = [knob_value(r, knob) for r in rows]
         for seed in sorted(base):
@@ -64,13 +64,14 @@ def main():
         ax.axhspan(s_mean - s_std, s_mean + s_std, color="C3", alpha=0.15)
         ax.axhline(s_mean, color="C3", lw=1, label="scratch, 500 steps (± std)")
         for x, r in zip(xs, rows):
-            ax.annotate(f"{table['runs'][r][0]['train_flops'] / sflops:.2f}×", (x, s_mean), textcoords="offset points",
-                        xytext=(0, -14), ha="center", fontsize=8, color="C0")
+            ax.annotate(f"{table['runs'][r][0]['train_flops'] / sflops:.2f}× FLOPs", (x, 0.04),
+                        xycoords=("data", "axes fraction"), ha="center", fontsize=8, color="C0")
+        ax.margins(x=0.12)
         others = ", ".join(f"{k} {v}" for k, v in BASE.items() if k != knob)
         ax.set(xlabel=f"{knob} ({others}; N 500)", xticks=xs)
     axes[0].set_ylabel("validation loss (nats/char)")
     axes[0].legend(fontsize=8, loc="upper left")
-    fig.suptitle("msg_mini_sweep: one knob at a time around s1 150 / s2 300 / ramp 20 (labels: FLOPs / scratch's)",
+    fig.suptitle("msg_mini_sweep: one knob at a time around s1 150 / s2 300 / ramp 20 (labels: training FLOPs / scratch's)",
                  fontsize=10)
     fig.tight_layout()
     out = ROOT / "benchmarks" / "results" / "msg_mini_sweep.png"
