@@ -230,7 +230,7 @@ def test_schedule_rejects_second_growth_inside_the_first_ramp():
         schedule(cfg)
 
 
-@pytest.mark.parametrize("exp", ["msg_mini", "msg_paper_bert_large"])
+@pytest.mark.parametrize("exp", ["msg_mini", "msg_mini_sweep", "msg_paper_bert_large"])
 def test_configured_schedules_are_valid_and_end_at_the_target(exp):
     from common.config import compose_checked
     from methods.msg.train import _msg_stage_steps, schedule
@@ -308,3 +308,86 @@ def test_the_loop_sets_the_rewound_lr(rewind="reanneal"):
     assert seen == pytest.approx(want)
     assert seen[5] == pytest.approx(lr) and seen[2] == pytest.approx(lr)   # back at the peak at both growths
     assert seen[4] < lr and seen[7] < seen[5]
+
+
+def _reference_forward(model, input_ids):
+    """MSGGPT's forward written out from the issue's equations: explicit causal softmax attention per
+    head, the weighted LayerNorm statistics summed by hand, every mask where the spec puts it."""
+    tr, mh, ma, mf, lam = (model.transformer, model.hidden_mask, model.head_mask, model.ffn_mask,
+                           model.layer_mask)
+    b, t = input_ids.shape
+    d, nh = model.config.n_embd, model.config.n_head
+    hd = d // nh
+
+    def ln(z, mod):
+        s = mh.sum()
+        mean = (mh * z).sum(-1, keepdim=True) / s
+        var = (mh * (z - mean) ** 2).sum(-1, keepdim=True) / s
+        return ((z - mean) / torch.sqrt(var + mod.eps) * mod.weight + mod.bias) * mh
+
+    x = (tr.wte.weight[input_ids] + tr.wpe.weight[:t]) * mh
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    for i, blk in enumerate(tr.h):
+        a = ln(x, blk.ln_1) @ blk.attn.c_attn.weight.T + blk.attn.c_attn.bias
+        q, k, v = a[..., :d] * ma, a[..., d:2 * d] * ma, a[..., 2 * d:] * ma
+        y = torch.zeros_like(q)
+        for h in range(nh):
+            sl = slice(h * hd, (h + 1) * hd)
+            scores = (q[..., sl] @ k[..., sl].transpose(-1, -2)) / math.sqrt(hd)
+            att = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+            y[..., sl] = att @ v[..., sl]
+        x1 = x + (y @ blk.attn.c_proj.weight.T + blk.attn.c_proj.bias) * mh
+        pre = (ln(x1, blk.ln_2) @ blk.mlp.c_fc.weight.T + blk.mlp.c_fc.bias) * mf
+        x2 = x1 + (F.gelu(pre) @ blk.mlp.c_proj.weight.T + blk.mlp.c_proj.bias) * mh
+        x = lam[i] * x2 + (1 - lam[i]) * x
+    return ln(x, tr.ln_f) @ tr.wte.weight.T
+
+
+@pytest.mark.parametrize("mu", [0.3, "random"])
+def test_fractional_masks_match_the_equations_written_out(mu):
+    """Mid-ramp (0 < μ < 1) for the hidden, head, FFN and layer masks at once, against the forward
+    written out by hand; "random": every mask entry its own value in (0, 1]."""
+    new = grow(small(), n_embd=12, n_head=3, n_inner=24, n_layer=3, generator=torch.Generator().manual_seed(2))
+    new.eval()
+    if mu == "random":
+        g = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for m in new.masks.values():
+                m.copy_(0.05 + 0.95 * torch.rand(m.shape, generator=g, dtype=m.dtype))
+    else:
+        set_growth_mask(new, mu)
+    with torch.no_grad():
+        torch.testing.assert_close(new(ids()).logits, _reference_forward(new, ids()))
+
+
+def test_loop_optimizer_transfers_adam_state_by_name_per_qkv_block():
+    """train._optimizer (transfer_states): every grown tensor inherits its Adam moments by name, q/k/v
+    blocks of c_attn each in their leading slice, step kept; appended blocks start without state."""
+    from omegaconf import OmegaConf
+
+    from methods.msg.train import _optimizer
+    cfg = OmegaConf.create({"trainer": {"optimizer": {"_target_": "torch.optim.AdamW", "lr": 1e-3}}})
+    old = small()
+    opt = _optimizer(cfg, old)
+    for _ in range(2):
+        opt.zero_grad()
+        old(ids(), labels=ids()).loss.backward()
+        opt.step()
+    new = grow(old, n_embd=12, n_head=3, n_layer=3, generator=torch.Generator().manual_seed(0))
+    opt2 = _optimizer(cfg, new, old, opt)
+    olds = dict(old.named_parameters())
+    for name, p in new.named_parameters():
+        if name.startswith("transformer.h.2."):
+            assert p not in opt2.state or not opt2.state[p], name
+            continue
+        src, st = opt.state[olds[name]], opt2.state[p]
+        assert float(st["step"]) == 2.0, name
+        for key in ("exp_avg", "exp_avg_sq"):
+            want = torch.zeros_like(p)
+            o = src[key]
+            if "c_attn" in name:   # (3·8, ...) into (3·12, ...): block j's 8 rows at 12·j
+                for j in range(3):
+                    want[(slice(12 * j, 12 * j + 8),) + tuple(slice(0, s) for s in o.shape[1:])] = o[8 * j:8 * (j + 1)]
+            else:
+                want[tuple(slice(0, s) for s in o.shape)] = o
+            torch.testing.assert_close(st[key], want, rtol=0, atol=0, msg=f"{name} {key}")
