@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 
 def test_synthetic_stand_ins_have_the_papers_shapes_and_are_undone():
     import common.data as data
-    from common.data import crystals, download, hypergraphs, mnist_full, text, tinyimagenet  # noqa: F401 (register)
+    from common.data import crystals, download, hypergraphs, mnist_full, svhn, text, tinyimagenet  # noqa: F401 (register)
     from common.data.images import read_idx
     from common.reproduce import synthetic
 
@@ -32,6 +32,8 @@ def test_synthetic_stand_ins_have_the_papers_shapes_and_are_undone():
         x, _ = data.load("stl10", "test")
         assert x.shape == (16, 3, 96, 96)
         assert data.load("tinyimagenet", "train")[0].shape[1:] == (3, 64, 64)
+        x, y = data.load("svhn", "test")
+        assert x.shape == (16, 3, 32, 32) and x.dtype == torch.uint8 and int(y.max()) < 10
         g = hypergraphs.load_hypergraph("cocitation_cora")
         assert g.features.shape == (2708, 1433) and g.num_classes <= 7
         folder = download.find_or_fetch("mnist", [ROOT / "no-such-folder"], {"t10k-images-idx3-ubyte.gz": None},

@@ -48,8 +48,9 @@ def test_majority_row_scores_the_labeled_clients_most_frequent_class():
     labels = torch.tensor([1, 1, 2, 0, 0, 0, 0, 2])
     d = FewLabelClients(torch.zeros(8, 1, 2, 2), labels, [torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5, 6, 7])],
                         [0], torch.zeros(0, dtype=torch.long), torch.zeros(4, 1, 2, 2), torch.tensor([1, 0, 1, 2]))
-    res = majority_row(d, d.test_labels, 3)        # client 1 (unlabeled, mostly 0) is never read
+    res = majority_row(d, d.test_labels, 3, 40.0, 20)   # client 1 (unlabeled, mostly 0) is never read
     assert res["acc"] == pytest.approx(50.0) and res["top_share"] == 100.0
+    assert res["rounds_to_target"] == 1.0               # constant 50 % reaches 40 % at the first round
 
 
 def _twin():

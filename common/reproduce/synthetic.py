@@ -38,11 +38,13 @@ import torch
 IMAGES = {
     "fashion_mnist": (1, 28, 28, 10), "digits": (1, 8, 8, 10), "mnist5k": (1, 28, 28, 10), "mnist": (1, 28, 28, 10),
     "cifar10": (3, 32, 32, 10), "cifar100": (3, 32, 32, 100), "stl10": (3, 96, 96, 10), "tinyimagenet": (3, 64, 64, 200),
+    "svhn": (3, 32, 32, 10),
 }
 # name -> (train, test) images of the real dataset: a stand-in has as many, up to n_train / n_test
 # (a long-tailed CIFAR-100 needs its 500 images per class, federated splits their per-class counts)
 SIZES = {"fashion_mnist": (60000, 10000), "digits": (1437, 360), "mnist5k": (4000, 1000), "mnist": (60000, 10000),
-         "cifar10": (50000, 10000), "cifar100": (50000, 10000), "stl10": (5000, 8000), "tinyimagenet": (100000, 10000)}
+         "cifar10": (50000, 10000), "cifar100": (50000, 10000), "stl10": (5000, 8000), "tinyimagenet": (100000, 10000),
+         "svhn": (73257, 26032)}
 # name -> (vertices, classes, feature width): the HyperGCN graphs (Table 3 of LightHGNN)
 HYPERGRAPHS = {"cocitation_cora": (2708, 7, 1433), "cocitation_citeseer": (3312, 6, 3703),
                "coauthorship_cora": (2708, 7, 1433), "coauthorship_dblp": (43413, 6, 1425),
@@ -229,10 +231,10 @@ def install(n_train: int = 4096, n_test: int = 1024, shrink: bool = False) -> No
     STATE.update(n_train=n_train, n_test=n_test, shrink=shrink, used=set())
     import common.data as data
     from common.data import adbench, crystals as cdata, download, hypergraphs, manifold_data, mnist_full, tabular, text
-    from common.data import tinyimagenet
+    from common.data import svhn, tinyimagenet
     from common.nn import llm
 
-    del mnist_full, tinyimagenet   # imported for their registrations, which the loop below replaces
+    del mnist_full, svhn, tinyimagenet   # imported for their registrations, which the loop below replaces
     for name in IMAGES:
         data.REGISTRY.setdefault(name, None)
         _SAVED.append((data.REGISTRY, name, data.REGISTRY[name]))

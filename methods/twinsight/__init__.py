@@ -18,7 +18,8 @@ def build(cfg) -> TwinModel:
 def run(cfg, ctx) -> dict[str, float]:
     """Every row in `method.rows` trained by FedAvg on the same few-label clients; metrics
     `<row>/acc` (test %, the global supervised twin after the last round), `<row>/acc_mean`
-    (mean over the rounds' evaluations) and the collapse diagnostics after the last round:
+    (mean over the rounds' evaluations), `<row>/rounds_to_target` (the first evaluated round whose
+    accuracy reaches `method.target_acc`, rounds + 1 when none does) and the collapse diagnostics after the last round:
     `<row>/top_share` (% of predictions in the most predicted class), `<row>/feat_cos` (mean
     off-diagonal cosine of the features), `<row>/feat_rank` (their effective rank). `method.eval_split: val` scores on training images outside
     the pool (the pilot's validation set)."""
@@ -36,6 +37,8 @@ def run(cfg, ctx) -> dict[str, float]:
         raise UserError(f"method.eval_split must be test or val, got {m.eval_split!r}", exit_code=2)
     if not float(m.clip_grad) >= 0:
         raise UserError(f"method.clip_grad must be >= 0 (0: no clipping), got {m.clip_grad!r}", exit_code=2)
+    if not 0.0 <= float(m.target_acc) <= 100.0:
+        raise UserError(f"method.target_acc must be an accuracy in [0, 100] (%), got {m.target_acc!r}", exit_code=2)
     if not float(m.fixmatch_weight) >= 0:
         raise UserError(f"method.fixmatch_weight must be >= 0, got {m.fixmatch_weight!r}", exit_code=2)
     dc = m.data

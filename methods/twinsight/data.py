@@ -33,6 +33,8 @@ def load_pool(ds_cfg, pool_size: int, test_size: int, seed: int, eval_split: str
     (the pilot's validation set; the pool is the same either way)."""
     if eval_split not in ("test", "val"):
         raise ValueError(f"eval_split must be test or val, got {eval_split!r}")
+    if ds_cfg.name == "svhn":   # the paper tier's; the loader registers itself on import (as krr_st's tinyimagenet)
+        import common.data.svhn  # noqa: F401
     x, y = data.load(ds_cfg.name, "train", ds_cfg.root, ds_cfg.download)
     xt, yt = data.load(ds_cfg.name, "test", ds_cfg.root, ds_cfg.download)
     if pool_size + (test_size if eval_split == "val" else 0) > len(y) or test_size > len(yt):

@@ -12,6 +12,7 @@ row, same seed, same initial supervised weights, same client sampling):
 The evaluated model is the global supervised twin (or the single model)."""
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 from torch import nn
 
+from common.federated.curves import rounds_to_target
 from common.federated.sampling import client_batches, client_seed
 from common.ssl import apply, sample_params
 from common.tasks.federated import federated
@@ -47,13 +49,16 @@ def features_and_logits(models: dict, x: torch.Tensor) -> tuple[torch.Tensor, to
     return h, m.head(h)
 
 
-def majority_row(d: FewLabelClients, eval_y: torch.Tensor, num_classes: int) -> dict[str, float]:
+def majority_row(d: FewLabelClients, eval_y: torch.Tensor, num_classes: int, target: float,
+                 rounds: int) -> dict[str, float]:
     """The `majority` row: the most frequent label on the labeled clients, predicted for every
-    evaluation image (ties to the lowest class). Its features are constant: feat_cos 1, feat_rank 0."""
+    evaluation image (ties to the lowest class). Its features are constant: feat_cos 1, feat_rank 0;
+    its accuracy is the same every round (rounds_to_target 1 if it reaches `target`, else rounds + 1)."""
     seen = d.labels[torch.cat([d.clients[k] for k in d.labeled])]
     top = int(torch.bincount(seen, minlength=num_classes).argmax())
     acc = 100.0 * float((eval_y == top).float().mean())
-    return {"acc": acc, "acc_mean": acc, "top_share": 100.0, "feat_cos": 1.0, "feat_rank": 0.0}
+    return {"acc": acc, "acc_mean": acc, "top_share": 100.0, "feat_cos": 1.0, "feat_rank": 0.0,
+            "rounds_to_target": censored_rounds_to_target([1], [acc], target, rounds)}
 
 
 def row_models(row: str, twin) -> dict[str, nn.Module]:
@@ -100,13 +105,22 @@ def make_step(row: str, loss_cfg: dict, fixmatch_weight: float):
     return step
 
 
+def censored_rounds_to_target(rounds: list[int], accs: list[float], target: float, total_rounds: int) -> float:
+    """`common.federated.curves.rounds_to_target`, with a curve that never reaches `target` in
+    `total_rounds` rounds scored `total_rounds + 1` (censored: a lower bound on the true number, and
+    a finite value the claims' paired statistics can use)."""
+    first = rounds_to_target(rounds, accs, target)
+    return float(total_rounds + 1) if math.isinf(first) else first
+
+
 def run_row(ctx, m, row: str, d: FewLabelClients, weak, strong, eval_x, eval_y, log) -> dict[str, float]:
-    """FedAvg of `row` for `m.federated.rounds` rounds; returns acc (%, after the last round) and
-    acc_mean (the mean over the rounds' evaluations)."""
+    """FedAvg of `row` for `m.federated.rounds` rounds; returns acc (%, after the last round),
+    acc_mean (the mean over the rounds' evaluations) and rounds_to_target (the first evaluated round
+    whose accuracy reaches `m.target_acc`, rounds + 1 when none does)."""
     fed = m.federated
     num_classes = int(m.model.num_classes)
     if row == "majority":
-        return majority_row(d, eval_y, num_classes)
+        return majority_row(d, eval_y, num_classes, float(m.target_acc), int(fed.rounds))
     clip = float(m.clip_grad)
     torch.manual_seed(ctx.seed)
     twin = instantiate(m.model, encoder_sup=instantiate(m.encoder), encoder_unsup=instantiate(m.encoder))
@@ -141,12 +155,14 @@ def run_row(ctx, m, row: str, d: FewLabelClients, weak, strong, eval_x, eval_y, 
         return {key: float(np.mean([r_[key] for r_ in rows if key in r_])) for key in keys}
 
     accs: list[float] = []
+    evaluated: list[int] = []
 
     def evaluate(ms: dict, r: int) -> dict:
         outs = [features_and_logits(ms, x) for x in eval_x.split(500)]
         feat, pred = torch.cat([h for h, _ in outs]), torch.cat([lg.argmax(1) for _, lg in outs])
         acc = 100.0 * float((pred == eval_y).float().mean())
         accs.append(acc)
+        evaluated.append(r + 1)
         hist = pred_histogram(pred, num_classes)
         return {"acc": acc, "top_share": float(hist.max()), "feat_cos": mean_cosine(feat[:500]),
                 "feat_rank": effective_rank(feat)}
@@ -156,4 +172,5 @@ def run_row(ctx, m, row: str, d: FewLabelClients, weak, strong, eval_x, eval_y, 
                       clients_per_round=min(int(fed.clients_per_round), len(members)))
     log({f"{row}/cpu_s_per_round": (time.process_time() - start) / max(1, int(fed.rounds))}, int(fed.rounds))
     return {"acc": final["acc"], "acc_mean": float(np.mean(accs)) if accs else final["acc"],
+            "rounds_to_target": censored_rounds_to_target(evaluated, accs, float(m.target_acc), int(fed.rounds)),
             **{k: final[k] for k in ("top_share", "feat_cos", "feat_rank")}}
