@@ -232,7 +232,8 @@ def pretrain(cfg, ctx, train) -> dict[str, torch.Tensor]:
         return make()
     from common.distill.experts import cached, data_digest
     settings = {"what": "metr-base", "version": 1, "seed": seed, "model": OmegaConf.to_container(cfg.method.model),
-                "canvas": OmegaConf.to_container(cfg.method.canvas), "dataset": cfg.dataset.name,
+                "canvas": None if cfg.method.canvas is None else OmegaConf.to_container(cfg.method.canvas),
+                "dataset": cfg.dataset.name,
                 "train_size": cfg.dataset.train_size, "trainer": OmegaConf.to_container(tcfg),
                 "data": data_digest(train[0][:512], train[1]) if train is not None
                 else OmegaConf.to_container(cfg.method.train_stream, resolve=True)}
