@@ -89,10 +89,32 @@ def test_download_checks_and_labels(official, tmp_path):
     assert (root / inet.DEVKIT).is_file() and (root / inet.ARCHIVES["test"]).is_file()
     rank = {w: i for i, w in enumerate(sorted(WNIDS.values()))}
     assert y.tolist() == [rank[WNIDS[t]] for t in TRUTH] == [1, 2, 0, 0]
-    assert x.shape == (4, 3, 8, 8) and x.dtype == torch.uint8
-    assert torch.equal(x[1, 0], x[1, 1]) and torch.equal(x[1, 1], x[1, 2])   # greyscale -> RGB
+    assert x.shape == (4, 3, 8, 8) and x.dtype == torch.uint8 and len(x) == 4
+    grey = x[1]
+    assert grey.shape == (3, 8, 8) and torch.equal(grey[0], grey[1]) and torch.equal(grey[1], grey[2])   # -> RGB
     x2, y2 = inet.load_split("test", root, download=False, side=8, limit=2)   # now local
-    assert torch.equal(x2, x[:2]) and torch.equal(y2, y[:2])
+    assert torch.equal(x2[:], x[:2]) and torch.equal(y2, y[:2])
+
+
+def test_validation_is_read_lazily(official, tmp_path, monkeypatch):
+    """No JPEG is decoded by load_split; each index decodes exactly the file-name-ordered member,
+    the same pixels as decoding that JPEG's bytes; every index form agrees."""
+    decoded = []
+    real = inet.decode
+    monkeypatch.setattr(inet, "decode", lambda data, side: decoded.append(data) or real(data, side))
+    x, y = inet.load_split("test", tmp_path / "data", download=True, side=8)
+    assert decoded == []
+    want = [_jpeg(*SIZES[i], seed=i, mode="L" if i == 1 else "RGB") for i in range(len(TRUTH))]
+    for i in range(len(TRUTH)):
+        assert x.read(i) == want[i]
+        np.testing.assert_array_equal(x[i].permute(1, 2, 0).numpy(), real(want[i], 8))
+    assert len(decoded) == len(TRUTH)
+    full = x[:]
+    assert full.shape == (4, 3, 8, 8)
+    assert torch.equal(x[torch.tensor([3, 0])], full[[3, 0]]) and torch.equal(x[[2]], full[2:3])
+    assert torch.equal(x[-1], full[3]) and torch.equal(x[torch.tensor(1)], full[1]) and x[2:2].shape == (0, 3, 8, 8)
+    with pytest.raises(IndexError, match="image 4 of 4"):
+        x[4]
 
 
 def test_transform_is_torchvision_eval():

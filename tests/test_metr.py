@@ -156,3 +156,34 @@ def test_bad_input_raises_value_errors_with_the_numbers():
         place_on_canvas(torch.ones(2, 1, 4, 5), torch.tensor([[0, 0], [7, 1]]), 10)
     with pytest.raises(ValueError, match="offsets"):
         place_on_canvas(torch.ones(2, 1, 4, 5), torch.tensor([[0, 0]]), 10)
+
+
+def test_an_exit_reads_cls_after_its_own_block_by_timms_modules():
+    """Independent of forward_reduced: at rate 1, exit b is its head on [CLS] after timm's blocks 0..b."""
+    model = tiny()
+    images = torch.randint(0, 256, (3, 1, 16, 16), dtype=torch.uint8)
+    _, exits = model(images, keep_rate=1.0)
+    vit = model.vit
+    x = vit.norm_pre(vit._pos_embed(vit.patch_embed(images.float() / 255 * 2 - 1)))
+    after = []
+    for blk in vit.blocks:
+        x = blk(x)
+        after.append(x[:, 0])
+    for z, b in zip(exits, model.exit_blocks):
+        torch.testing.assert_close(z, model.exits[str(b)](after[b]))
+
+
+def test_score_shares_random_draws_across_rows():
+    """Random ranks come from one generator seeded eval_seed per rate: two models (rows) see the
+    same draws, and the accuracy is that of forward(select='random') with that generator."""
+    from methods.metr import score
+    x = torch.randint(0, 256, (10, 1, 16, 16), dtype=torch.uint8)
+    y = torch.arange(10) % 3
+    a, b = tiny(), tiny()
+    out = score(a, (x, y), [0.5], 4, "cpu", eval_seed=7, selects=("random",))
+    hits = 0
+    g = torch.Generator().manual_seed(7)
+    for i in range(0, 10, 4):
+        hits += int((a(x[i:i + 4], keep_rate=0.5, select="random", generator=g)[0].argmax(-1) == y[i:i + 4]).sum())
+    assert out["random/acc_k50"] == pytest.approx(100 * hits / 10)
+    assert score(b, (x, y), [0.5], 4, "cpu", eval_seed=7, selects=("random",)) == out   # same weights, same draws

@@ -12,9 +12,13 @@ fetches a missing archive from image-net.org (an account's access is needed ther
 archives) and checks it before it is used.
 
 Images are decoded as DeiT evaluates (resize the shorter side to side / 0.875, bicubic, centre crop
-side x side) into one uint8 tensor: 7.5 GB for the validation split at 224; the training split
-(1.28M images, 193 GB at 224) does not fit this in-memory loader (the registry's API returns
-tensors): `limit` keeps the first images of each class, for tests and small subsets.
+side x side). The validation split is read lazily: `load_split('test')` indexes the archive's
+members once (their offsets, not their bytes) and returns an `ArchiveImages`, which reads and
+decodes JPEGs only when indexed (x[i] (3, side, side), x[idx] (B, 3, side, side) uint8), so no
+image is held in memory (7.5 GB for the split at 224 if it were). The training split (1.28M
+images) is for `common.data.imagenet_stream` (a streaming IterableDataset with DeiT's training
+transform); `load_split('train')` decodes into memory and serves tests and small subsets
+(`limit` images per class).
 """
 from __future__ import annotations
 
@@ -109,6 +113,47 @@ def decode(data: bytes, side: int) -> np.ndarray:
         return np.asarray(img.crop((left, top, left + side, top + side)))
 
 
+class ArchiveImages:
+    """The JPEG members of an uncompressed tar, read and decoded (`decode`, DeiT's evaluation
+    transform) when indexed: x[i] -> (3, side, side), x[slice | list | LongTensor] -> (B, 3, side,
+    side), uint8. Holds (offset, size) per image, never the images; the file is opened per access,
+    so the object can cross into DataLoader workers."""
+
+    dtype = torch.uint8
+
+    def __init__(self, path: Path, members: list[tuple[int, int]], side: int):
+        self.path, self.members, self.side = Path(path), list(members), int(side)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (len(self.members), 3, self.side, self.side)
+
+    def read(self, i: int) -> bytes:
+        offset, size = self.members[i]
+        with open(self.path, "rb") as f:
+            f.seek(offset)
+            return f.read(size)
+
+    def image(self, i: int) -> torch.Tensor:
+        return torch.from_numpy(decode(self.read(i), self.side).copy()).permute(2, 0, 1).contiguous()
+
+    def __getitem__(self, idx):
+        if isinstance(idx, (int, np.integer)) or (torch.is_tensor(idx) and idx.dim() == 0):
+            i = int(idx)
+            if not -len(self) <= i < len(self):
+                raise IndexError(f"image {i} of {len(self)}")
+            return self.image(i % len(self))
+        if isinstance(idx, slice):
+            idx = range(*idx.indices(len(self)))
+        elif torch.is_tensor(idx):
+            idx = idx.tolist()
+        items = [self[int(i)] for i in idx]
+        return torch.stack(items) if items else torch.empty((0, 3, self.side, self.side), dtype=torch.uint8)
+
+
 def _jpegs(tar: tarfile.TarFile):
     for m in tar:
         if m.isfile() and m.name.endswith(".JPEG"):
@@ -116,9 +161,10 @@ def _jpegs(tar: tarfile.TarFile):
 
 
 def load_split(split: str, root: Path, download: bool, side: int = 224, limit: int | None = None):
-    """(images uint8 (N, 3, side, side), labels int64 (N,)) of 'test' (the labelled validation
-    split, in ILSVRC2012_val_ order) or 'train' (classes in sorted WNID order, images sorted);
-    `limit`: at most that many images (validation) or that many per class (train)."""
+    """(images (N, 3, side, side) uint8, labels int64 (N,)) of 'test' (the labelled validation
+    split, in ILSVRC2012_val_ order; images an `ArchiveImages`, decoded when indexed) or 'train'
+    (classes in sorted WNID order, images sorted; decoded into a tensor); `limit`: at most that many
+    images (validation) or that many per class (train)."""
     if split not in ARCHIVES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     if side < 1 or (limit is not None and limit < 1):
@@ -127,13 +173,13 @@ def load_split(split: str, root: Path, download: bool, side: int = 224, limit: i
     rank = {w: i for i, w in enumerate(wnids)}
     images, labels = [], []
     with tarfile.open(archive(ARCHIVES[split], root, download)) as tar:
-        if split == "test":
-            found = sorted((m.name, data) for m, data in _jpegs(tar))
+        if split == "test":   # headers only: tarfile seeks over the members' data
+            found = sorted((m.name, m.offset_data, m.size) for m in tar if m.isfile() and m.name.endswith(".JPEG"))
             if len(found) != len(val_labels):
                 raise DatasetNotFound(f"{tar.name} holds {len(found)} JPEGs, the devkit labels {len(val_labels)}.")
-            for (name, data), label in list(zip(found, val_labels))[:limit]:
-                images.append(decode(data, side))
-                labels.append(label)
+            n = len(found) if limit is None else min(limit, len(found))
+            return (ArchiveImages(Path(tar.name), [(o, s) for _, o, s in found[:n]], side),
+                    torch.tensor(val_labels[:n], dtype=torch.int64))
         else:
             for m in sorted((m for m in tar if m.isfile()), key=lambda m: m.name):
                 wnid = Path(m.name).stem
@@ -151,7 +197,8 @@ def load_split(split: str, root: Path, download: bool, side: int = 224, limit: i
 
 
 def load(split: str, root: Path, download: bool):
-    """The registry's loader: 224 x 224, every image (see the module docstring on memory)."""
+    """The registry's loader: 224 x 224, every image (validation: lazy; training: in memory, see
+    the module docstring)."""
     return load_split(split, root, download)
 
 
