@@ -47,13 +47,21 @@ def run(cfg, ctx) -> dict[str, float]:
     """Train the LM (the shared Trainer) on random windows of the training stream; metrics on the
     first `method.eval_windows` consecutive validation windows, after training and (sub-row `init/`) at
     step 0; with `method.relufy.stage` > 0 the activations are relufied before training. With
-    `method.llm` set, a pretrained LM is relufied instead (llm.run_llm: SmolLM2's four sub-rows)."""
+    `method.llm` set, a pretrained LM is relufied instead (llm.run_llm: SmolLM2's four sub-rows).
+    With `method.data.reader` (a `_target_` block with a `tokenizer`, `val_windows` and
+    `train_batches`, e.g. common.data.refinedweb.RefinedWeb: the paper tier) the data stream from
+    that reader and the vocabulary is its tokenizer's."""
     if cfg.method.get("llm") is not None:
         return run_llm(cfg, ctx)
-    _, train_ids, val_ids = _corpus(cfg)
     t, m = int(cfg.method.model.n_positions), cfg.method
-    windows = consecutive_windows(val_ids, t)[: int(m.eval_windows)]
-    model = build(cfg)
+    reader = instantiate(m.data.reader) if m.data.get("reader") is not None else None
+    if reader is None:
+        _, train_ids, val_ids = _corpus(cfg)
+        windows = consecutive_windows(val_ids, t)[: int(m.eval_windows)]
+        model = build(cfg)
+    else:
+        windows = reader.val_windows(reader.tokenizer, t, int(m.eval_windows))
+        model = instantiate(m.model, vocab_size=len(reader.tokenizer))
     if int(m.relufy.stage):
         relufy(model, stage=int(m.relufy.stage), shift=float(m.relufy.shift))
     model = model.to(ctx.device)
@@ -61,11 +69,17 @@ def run(cfg, ctx) -> dict[str, float]:
     evaluate = functools.partial(lm_metrics, windows=windows, d_model=int(m.model.n_embd), agg_t=int(m.agg_t),
                                  shuffle_seed=ctx.seed)
     init = {f"init/{k}": v for k, v in evaluate(model).items()}
-    sampler = ctx.sampler(len(train_ids) - t)   # window starts; this rank's shard of each global batch
-    span = torch.arange(t)
+    if reader is None:
+        sampler = ctx.sampler(len(train_ids) - t)   # window starts; this rank's shard of each global batch
+        span = torch.arange(t)
 
-    def batches(step: int):
-        return train_ids[sampler(step)[:, None] + span].to(ctx.device)
+        def batches(step: int):
+            return train_ids[sampler(step)[:, None] + span].to(ctx.device)
+    else:
+        stream = reader.train_batches(reader.tokenizer, t, int(cfg.trainer.batch_size))
+
+        def batches(step: int):
+            return stream(step).to(ctx.device)
 
     metrics = tasks.fit_and_evaluate(ctx, model, batches, evaluate)
     return {**metrics, **init}

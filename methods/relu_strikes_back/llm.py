@@ -2,13 +2,18 @@
 
 `smollm2` (as loaded, SiLU), `swap_only` (SiLU -> ReLU, no training), `smollm2_tuned` (SiLU, the
 same continued training: the budget control), `relufied` (SiLU -> ReLU, then the same training).
-Both trainings see the same batches (a pure function of the step and the run seed)."""
+Both trainings see the same batches (a pure function of the step and the run seed).
+With `method.llm.stage2: true` a fifth sub-row `relufied_s2` (stage 2: also a ReLU after the norms
+feeding QKV and the FFN) gets the same training. With `method.data.reader` (a `_target_` block, e.g.
+common.data.refinedweb.RefinedWeb) the batches and validation windows stream from that reader
+instead of the document split (the paper tier); the mini tables set neither."""
 from __future__ import annotations
 
 import copy
 import functools
 
 import torch
+from hydra.utils import instantiate
 from torch import nn
 
 from common import tasks
@@ -18,6 +23,7 @@ from methods.relu_strikes_back.metrics import lm_metrics
 from methods.relu_strikes_back.relufy import relufy
 
 SUB_ROWS = ("smollm2", "swap_only", "smollm2_tuned", "relufied")
+STAGE2_ROW = "relufied_s2"
 
 
 class CausalLMStep(nn.Module):
@@ -61,9 +67,13 @@ def run_llm(cfg, ctx) -> dict[str, float]:
     base, tok = _llm(str(llm.name))
     base = copy.deepcopy(base)   # the cached load stays untouched (relufy works in place)
     d = m.data
-    train_ids, val_ids = llm_corpus(tok, str(d.source), float(d.val_fraction), int(d.split_seed))
     t = int(llm.seq_len)
-    windows = consecutive_windows(val_ids, t)[: int(llm.eval_windows)].to(ctx.device)
+    reader = instantiate(d.reader) if d.get("reader") is not None else None
+    if reader is None:
+        train_ids, val_ids = llm_corpus(tok, str(d.source), float(d.val_fraction), int(d.split_seed))
+        windows = consecutive_windows(val_ids, t)[: int(llm.eval_windows)].to(ctx.device)
+    else:
+        windows = reader.val_windows(tok, t, int(llm.eval_windows)).to(ctx.device)
     evaluate = functools.partial(lm_metrics, windows=windows, d_model=int(base.config.hidden_size),
                                  agg_t=int(m.agg_t), shuffle_seed=ctx.seed, batch_size=int(llm.eval_batch),
                                  gated=True)
@@ -71,11 +81,17 @@ def run_llm(cfg, ctx) -> dict[str, float]:
     out = {f"smollm2/{k}": v for k, v in evaluate(base).items()}
     out |= {f"swap_only/{k}": v for k, v in evaluate(relufy(copy.deepcopy(base), stage=1,
                                                            shift=float(m.relufy.shift))).items()}
-    sampler = ctx.sampler(len(train_ids) - t)
-    span = torch.arange(t)
+    if reader is None:
+        sampler = ctx.sampler(len(train_ids) - t)
+        span = torch.arange(t)
 
-    def batches(step: int):
-        return train_ids[sampler(step)[:, None] + span].to(ctx.device)
+        def batches(step: int):
+            return train_ids[sampler(step)[:, None] + span].to(ctx.device)
+    else:
+        stream = reader.train_batches(tok, t, int(cfg.trainer.batch_size))
+
+        def batches(step: int):
+            return stream(step).to(ctx.device)
 
     def tune(model: nn.Module, stage: str) -> dict[str, float]:
         wrapped = CausalLMStep(model).train()
@@ -83,5 +99,7 @@ def run_llm(cfg, ctx) -> dict[str, float]:
         return {f"{stage}/{k}": v for k, v in got.items()}
 
     out |= tune(copy.deepcopy(base), "smollm2_tuned")
+    if llm.get("stage2", False):
+        out |= tune(relufy(copy.deepcopy(base), stage=2, shift=float(m.relufy.shift)), STAGE2_ROW)
     out |= tune(relufy(base, stage=1, shift=float(m.relufy.shift)), "relufied")
     return out

@@ -17,8 +17,9 @@ from methods.relu_strikes_back.sparsity import (activation_sparsity, aggregated_
 @contextlib.contextmanager
 def record_attention_inputs(model: nn.Module):
     """One list per attention block; each forward appends the detached input of its QKV projection
-    (`attn.c_attn`; HF Llama `self_attn.q_proj`)."""
-    mods = [m for n, m in model.named_modules() if n.endswith((".attn.c_attn", ".self_attn.q_proj"))]
+    (`attn.c_attn`; HF Llama `self_attn.q_proj`; HF Falcon `self_attention.query_key_value`)."""
+    mods = [m for n, m in model.named_modules()
+            if n.endswith((".attn.c_attn", ".self_attn.q_proj", ".self_attention.query_key_value"))]
     recs = [[] for _ in mods]
     handles = [m.register_forward_pre_hook(lambda _m, args, r=r: r.append(args[0].detach())) for m, r in zip(mods, recs)]
     try:

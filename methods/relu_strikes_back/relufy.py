@@ -9,8 +9,10 @@ from torch import nn
 from common.nn.gpt import ffn_activation_modules
 from methods.relu_strikes_back.sparsity import ShiftedReLU
 
-# norms that feed attention (QKV) or the FFN: floor GPT / HF GPT-2, HF Llama (SmolLM2)
-STAGE2_NORMS = ("ln_1", "ln_2", "input_layernorm", "post_attention_layernorm")
+# norms that feed attention (QKV) or the FFN: floor GPT / HF GPT-2, HF Llama (SmolLM2) and HF Falcon
+# (falcon-7b: one `input_layernorm` feeds both the parallel attention and the FFN; the new decoder
+# architecture of falcon-40b has `ln_attn` and `ln_mlp`)
+STAGE2_NORMS = ("ln_1", "ln_2", "input_layernorm", "post_attention_layernorm", "ln_attn", "ln_mlp")
 
 
 def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
@@ -24,7 +26,8 @@ def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
 def relufy(model: nn.Module, stage: int = 1, shift: float = 0.0) -> nn.Module:
     """In place. Stage 1: every FFN activation (`ffn_activation_modules`: `mlp.act`, HF Llama
     `mlp.act_fn`) becomes `ShiftedReLU(shift)`. Stage 2 also: each norm that feeds attention or the
-    FFN (`ln_1`/`ln_2`; Llama `input_layernorm`/`post_attention_layernorm`) becomes
+    FFN (`ln_1`/`ln_2`; Llama `input_layernorm`/`post_attention_layernorm`; Falcon `input_layernorm`, or
+    `ln_attn`/`ln_mlp`) becomes
     `nn.Sequential(norm, ReLU())`, so QKV and FFN inputs are >= 0. The final norm is left alone."""
     if stage not in (1, 2):
         raise ValueError(f"stage must be 1 or 2, got {stage}")

@@ -66,12 +66,16 @@ def matched_shuffled_aggregated_sparsity(acts: torch.Tensor, keys: torch.Tensor,
     keys = keys if keys.dim() == 2 else keys[None]
     if tuple(keys.shape) != (b, t):
         raise ValueError(f"keys must have shape {(b, t)} (one per token row), got {tuple(keys.shape)}")
-    flat, order = keys.reshape(-1), torch.arange(b * t)
-    src = order.clone()
+    # one stable sort groups the rows by key (ascending; row-major inside a group): O(N log N), not
+    # one O(N) mask per key. Each group still draws its own randperm, in the same order as the rule
+    # above, so the draws (and the numbers) are those of the loop the tests keep as the reference.
+    order = torch.sort(keys.reshape(-1), stable=True).indices
+    sizes = torch.unique_consecutive(keys.reshape(-1)[order], return_counts=True)[1].tolist()
     gen = torch.Generator().manual_seed(seed)
-    for key in torch.unique(flat):                          # ascending
-        rows = order[flat == key]
-        src[rows] = rows[torch.randperm(len(rows), generator=gen)]
+    offsets = torch.cat([torch.randperm(k, generator=gen) for k in sizes])      # position inside each group
+    starts = torch.repeat_interleave(torch.cumsum(torch.tensor([0] + sizes[:-1]), 0), torch.tensor(sizes))
+    src = torch.empty_like(order)
+    src[order] = order[starts + offsets]
     return aggregated_sparsity(acts.reshape(b * t, n)[src].reshape(b, t, n))
 
 
