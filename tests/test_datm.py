@@ -226,3 +226,71 @@ def test_distill_splits_tinyimagenet_reaches_its_checked_loader(tmp_path, monkey
     (tmp_path / tiny.ARCHIVE).write_bytes(b"not the archive")
     with pytest.raises(DatasetNotFound, match="sha256"):
         distill_splits("tinyimagenet", str(tmp_path), False)
+
+
+def official_pix_init_real_labels(module_factory, buffer, images):
+    """distill/DATM.py, `pix_init == "real"` written out: Temp_net with the flat parameters of
+    `buffer[0][-1]` (expert 0's final snapshot), label_syn = Temp_net(image_syn): every image's raw
+    logits, no correctness filter, no averaging."""
+    m = module_factory()
+    torch.nn.utils.vector_to_parameters(buffer[0][-1].clone(), m.parameters())
+    m.eval()
+    with torch.no_grad():
+        return m(images)
+
+
+def test_expert_logits_vs_module_call_and_bad_input():
+    from methods.datm import expert_logits
+    module = net()
+    p = flatten_params(module).numel()
+    g = torch.Generator().manual_seed(11)
+    buf, images = torch.randn(3, 4, p, generator=g), torch.randn(5, 1, 4, 4, generator=g)
+    assert torch.allclose(expert_logits(module, buf, images), official_pix_init_real_labels(net, buf, images),
+                          atol=1e-6)
+    assert torch.allclose(expert_logits(module, buf, images, expert=2),
+                          official_pix_init_real_labels(net, buf[2:], images), atol=1e-6)
+    with pytest.raises(ValueError, match="buffer must be"):
+        expert_logits(module, buf[:, :, :-1], images)
+    with pytest.raises(ValueError, match="expert 3 is not among the buffer's 3 experts"):
+        expert_logits(module, buf, images, expert=3)
+
+
+def test_real_expert_init_is_official_pix_init_real():
+    """init real_expert (official CIFAR-100 IPC 50): MTT's random class-balanced real images (the same
+    draw as init real), float soft labels = expert 0's final-epoch logits on them, kept even where
+    expert 0 is wrong (init correct would refuse such images); learnt; lr = lr_teacher."""
+    g = torch.Generator().manual_seed(12)
+    x, y = torch.randn(30, 1, 4, 4, generator=g), torch.arange(30) % 3
+    from common.distill import train_expert
+    buf = torch.stack([train_expert(net(), x, y, 2, 0.01, 10, torch.Generator().manual_seed(e)) for e in range(2)])
+    kw = dict(ipc=4, max_start=1, current_max_start=None, expansion_end=None, lr_teacher=0.02)
+    d = DATM(init="real_expert", soft_labels=True, **kw)
+    init = d.initial_set(net(), buf, x, y, torch.Generator().manual_seed(7))
+    mtt = DATM(init="real", soft_labels=False, **kw).initial_set(net(), buf, x, y, torch.Generator().manual_seed(7))
+    assert torch.equal(init.images, mtt.images)
+    assert [int(y[(x == im).flatten(1).all(1)][0]) for im in init.images] == [c for c in range(3) for _ in range(4)]
+    want = official_pix_init_real_labels(net, buf, init.images)
+    assert init.targets.dtype == torch.float32 and torch.allclose(init.targets, want, atol=1e-6)
+    assert bool((want.argmax(1) != mtt.targets).any())   # an image expert 0 gets wrong keeps its logits
+    assert init.targets.requires_grad and float(init.lr.detach()) == pytest.approx(0.02)
+    d2 = DATM(init="real_expert", soft_labels=True, syn_steps=2, iterations=2, lr_y=1.0, threshold=1e9, **kw)
+    syn, stats = d2.distill(net(), buf, x, y, torch.Generator().manual_seed(7))
+    assert stats["updated"] == 1.0 and not torch.allclose(syn.targets.detach(), want)   # soft labels learnt
+    with pytest.raises(ValueError, match="set soft_labels=True"):
+        DATM(init="real_expert", soft_labels=False, **kw)
+    with pytest.raises(ValueError, match="init='real' has hard labels"):
+        DATM(init="real", soft_labels=True, **kw)
+    with pytest.raises(ValueError, match="init must be one of correct, real, real_expert"):
+        DATM(init="noise", **kw)
+
+
+def test_cifar100_ipc50_paper_config_uses_the_official_real_init():
+    from hydra.utils import instantiate
+
+    from common.config import compose_checked
+    cfg = compose_checked(["experiment=datm_cifar100_ipc50"])
+    d = instantiate(cfg.method.datm)
+    assert (d.init, d.soft_labels, d.ipc, d.min_start, d.max_start, d.current_max_start) == \
+        ("real_expert", True, 50, 20, 70, None)
+    for other in ("datm_cifar100_ipc10", "datm_cifar10_ipc10", "datm_mini"):
+        assert compose_checked([f"experiment={other}"]).method.datm.init == "correct"

@@ -10,7 +10,7 @@ from common.config import UserError
 from common.distill import ConvNet, class_balanced_indices, evaluate_synthetic, expert_buffer, kmeans_coreset
 from methods.datm.data import distill_splits
 from methods.datm.distill import DATM
-from methods.datm.labels import correct_logit_average, select_correct
+from methods.datm.labels import correct_logit_average, expert_logits, select_correct
 from methods.datm.loss import matching_loss
 from methods.datm.schedule import sample_start_epoch, start_epoch_bound
 
@@ -92,5 +92,5 @@ def real_subset(kind: str, x: torch.Tensor, y: torch.Tensor, ipc: int, seed: int
     return kmeans_coreset(x.flatten(1), y, ipc, seed=seed)
 
 
-__all__ = ["DATM", "EXTRA_EVALS", "ROWS", "build", "correct_logit_average", "distill_splits", "matching_loss",
-           "real_subset", "run", "sample_start_epoch", "select_correct", "start_epoch_bound"]
+__all__ = ["DATM", "EXTRA_EVALS", "ROWS", "build", "correct_logit_average", "distill_splits", "expert_logits",
+           "matching_loss", "real_subset", "run", "sample_start_epoch", "select_correct", "start_epoch_bound"]

@@ -10,27 +10,37 @@ import torch
 from torch import nn
 
 from common.distill import SyntheticSet, class_balanced_indices, functional_forward
-from methods.datm.labels import correct_logit_average, select_correct
+from methods.datm.labels import correct_logit_average, expert_logits, select_correct
 from methods.datm.loss import matching_loss
 from methods.datm.schedule import sample_start_epoch, start_epoch_bound
 
 
+INITS = ("correct", "real", "real_expert")
+
+
 class DATM:
     """Hyper-parameters with the official CIFAR-10 defaults (configs/CIFAR-10/ConvIN/IPC10.yaml);
-    `init`/`soft_labels` = real/False with a fixed window and no threshold give MTT."""
+    `init`/`soft_labels` = real/False with a fixed window and no threshold give MTT.
+    `init`: correct (official `pix_init: samples_predicted_correctly`: images expert 0 classifies
+    correctly, soft labels averaged over the correctly classifying experts), real (random real
+    images, hard labels: MTT) or real_expert (official `pix_init: real`, CIFAR-100 IPC 50: random
+    real images, soft labels = expert 0's final-epoch logits, `buffer[0][-1]`)."""
 
     def __init__(self, ipc: int = 10, syn_steps: int = 80, expert_epochs: int = 2, min_start: int = 0,
                  max_start: int = 20, current_max_start: int | None = 10, expansion_end: int | None = 1000,
                  iterations: int = 10000, lr_img: float = 100.0, lr_lr: float = 1e-5, lr_y: float = 2.0,
                  momentum_y: float = 0.9, lr_teacher: float = 0.01, threshold: float = 1.0,
-                 batch_syn: int | None = None, init: Literal["correct", "real"] = "correct",
+                 batch_syn: int | None = None, init: Literal["correct", "real", "real_expert"] = "correct",
                  soft_labels: bool = True, learn_lr: bool = True):
         if not threshold > 0:
             raise ValueError(f"threshold must be > 0, got {threshold}")
-        if init not in ("correct", "real"):
-            raise ValueError(f"init must be 'correct' or 'real', got '{init}'")
-        if soft_labels and init != "correct":
-            raise ValueError("soft labels are averaged over correctly classifying experts: use init='correct'")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got '{init}'")
+        if soft_labels and init == "real":
+            raise ValueError("init='real' has hard labels (MTT): soft labels start from init='correct' (averaged "
+                             "correct logits) or init='real_expert' (expert 0's logits)")
+        if init == "real_expert" and not soft_labels:
+            raise ValueError("init='real_expert' initialises soft labels from expert 0's logits: set soft_labels=True")
         start_epoch_bound(0, min_start, max_start, current_max_start, expansion_end)   # validates the window
         self.ipc, self.syn_steps, self.expert_epochs = int(ipc), int(syn_steps), int(expert_epochs)
         self.min_start, self.max_start = int(min_start), int(max_start)
@@ -52,18 +62,20 @@ class DATM:
     @torch.no_grad()
     def initial_set(self, module: nn.Module, buffer: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                     generator: torch.Generator) -> SyntheticSet:
-        """Real images (random, or among expert 0's correct ones), hard labels or the experts'
-        averaged correct logits, lr = lr_teacher."""
-        if self.init == "real":
-            idx = class_balanced_indices(y, self.ipc, generator)
-        else:
+        """Real images (random, or among expert 0's correct ones), hard labels, the experts'
+        averaged correct logits (init correct) or expert 0's logits (init real_expert); lr = lr_teacher."""
+        if self.init == "correct":
             idx = select_correct(functional_forward(module, buffer[0, -1], x), y, self.ipc, generator)
+        else:
+            idx = class_balanced_indices(y, self.ipc, generator)
         images = x[idx].clone()
-        if self.soft_labels:
+        if not self.soft_labels:
+            targets = y[idx].clone()
+        elif self.init == "real_expert":
+            targets = expert_logits(module, buffer, images)
+        else:
             logits = torch.stack([functional_forward(module, buffer[e, -1], images) for e in range(len(buffer))])
             targets = correct_logit_average(logits, y[idx])
-        else:
-            targets = y[idx].clone()
         return SyntheticSet(images, targets, lr=self.lr_teacher, learn_targets=self.soft_labels, learn_lr=self.learn_lr)
 
     def distill(self, module: nn.Module, buffer: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
