@@ -322,3 +322,65 @@ def test_supervised_features_cluster_the_cached_reference(compose_cfg, tmp_path)
     km = evaluate_clusters(km_train, train_y[lt], km_test, test_y, 10)
     assert km["nmi"] == pytest.approx(sup["kmeans/nmi"], abs=1e-9)
     assert km["macc"] == pytest.approx(sup["kmeans/macc"], abs=1e-9)
+
+
+# ---------------------------------------------------------------- the cached models depend on the cache seed only
+
+def _cache_ctx(compose_cfg, tmp_path, name):
+    from common.hardware import Hardware
+    from common.logging import MetricLogger
+    from common.runner import RunContext
+
+    cfg = compose_cfg(["experiment=p2ot_smoke", f"method.encoder_cache.dir={tmp_path / name / 'cache'}",
+                       f"run_dir={tmp_path / name}", "method.reference.steps=2", "trainer.max_steps=2",
+                       "trainer.batch_size=16"])
+    (tmp_path / name).mkdir()
+    hw = Hardware(device=torch.device("cpu"), rank=0, world_size=1)
+    return cfg, RunContext(cfg, hw, tmp_path / name, MetricLogger(tmp_path / name, cfg.logger))
+
+
+def test_cached_weights_do_not_depend_on_the_run_that_builds_them(compose_cfg, tmp_path):
+    """Issue #35: a cache rebuilt by another run moved the tables (the encoder was initialised under the
+    building run's RNG). Runs whose global RNG differs (two run seeds), building into empty cache dirs,
+    save bit-identical encoder and reference weights, also when the reference is built in a run that
+    loaded the encoder (its RNG then never saw the encoder's training); and the run's own RNG stream
+    afterwards is the same whether the cache was built or loaded."""
+    from methods.p2ot import pretrain_encoder, supervised_reference
+    from methods.p2ot.encoder import CACHE_VERSION
+
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (48, 1, 28, 28), dtype=torch.uint8, generator=gen)
+    labels = torch.arange(48) % 10
+    knn = ((images[:24], labels[:24]), (images[24:], labels[24:]))
+    states = {}
+    for name, run_seed, encoder_first in (("a", 0, True), ("b", 7, True), ("c", 123, False)):
+        cfg, ctx = _cache_ctx(compose_cfg, tmp_path, name)
+        torch.manual_seed(run_seed)            # what the runner does with the run's seed
+        if encoder_first:
+            enc, info = pretrain_encoder(cfg, ctx, images, knn)
+            assert not info["cached"]
+            states[name, "encoder"] = {k: v.clone() for k, v in enc.state_dict().items()}
+        ref, info = supervised_reference(cfg, ctx, images, labels, knn)
+        assert not info["cached"]
+        states[name, "supervised"] = {k: v.clone() for k, v in ref.state_dict().items()}
+        after_build = torch.rand(3)
+        if name == "a":                        # the same run again, loading both: the same RNG stream after
+            torch.manual_seed(run_seed)
+            assert pretrain_encoder(cfg, ctx, images, knn)[1]["cached"]
+            assert supervised_reference(cfg, ctx, images, labels, knn)[1]["cached"]
+            assert torch.equal(torch.rand(3), after_build)
+    for stage, others in (("encoder", "b"), ("supervised", "bc")):
+        for other in others:
+            a, b = states["a", stage], states[other, stage]
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (stage, other)
+    # the key carries the cache version: a cache written before the fix (no version) is never loaded
+    assert CACHE_VERSION >= 2
+    keys = {p.name for p in (tmp_path / "a" / "cache").glob("*.pt")}
+    import methods.p2ot.encoder as enc_mod
+    from omegaconf import OmegaConf
+    old = OmegaConf.create({"x": 1})
+    with pytest.MonkeyPatch.context() as mp:
+        k2 = enc_mod.cache_key(old)
+        mp.setattr(enc_mod, "CACHE_VERSION", 1)
+        assert enc_mod.cache_key(old) != k2
+    assert len(keys) == 2

@@ -24,23 +24,39 @@ from methods.p2ot.transport import (AugmentedSolution, p2ot_objective, pseudo_la
                                     solve_augmented, solve_p2ot)
 
 
+def build_encoder(cfg) -> nn.Module:
+    """The SimCLR encoder model (backbone + projector) from the config, initialised from the global RNG."""
+    encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
+    return instantiate(cfg.method.encoder, encoder=encoder, feat_dim=feat_dim)
+
+
+def build_reference(cfg) -> SupervisedNet:
+    """The supervised reference (the encoder's backbone + a linear classifier), initialised from the global RNG."""
+    encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
+    return SupervisedNet(encoder, feat_dim, int(cfg.dataset.num_classes))
+
+
 def build(cfg) -> nn.ModuleDict:
-    """The models from the config alone: the SimCLR encoder model and one cluster head."""
+    """The models from the config alone: the SimCLR encoder model and one cluster head. (`run`
+    builds its encoder inside `pretrain_encoder`, under the cache seed, and its heads per rule.)"""
     encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
     return nn.ModuleDict({"encoder": instantiate(cfg.method.encoder, encoder=encoder, feat_dim=feat_dim),
                           "head": instantiate(cfg.method.head, in_dim=feat_dim, num_clusters=cfg.dataset.num_classes)})
 
 
-def pretrain_encoder(cfg, ctx, model: nn.Module, images: torch.Tensor, knn_data: tuple) -> tuple[nn.Module, dict]:
+def pretrain_encoder(cfg, ctx, images: torch.Tensor, knn_data: tuple) -> tuple[nn.Module, dict]:
     """SimCLR on the balanced train images (uint8), the run's `trainer` recipe, pre-trained once
-    with `method.encoder_cache.seed` and cached (`encoder.cached_model`); every run with the same
-    encoder settings loads the same weights. Returns the model frozen and {knn_acc, steps, cached}."""
+    with `method.encoder_cache.seed` and cached (`encoder.cached_model`: the model is built AND
+    trained under that seed, so the weights do not depend on the run that builds the cache); every
+    run with the same encoder settings loads the same weights. Returns the model frozen and
+    {knn_acc, steps, cached}."""
     c = cfg.method.encoder_cache
     key = cache_key(cfg.method.backbone, cfg.method.encoder, cfg.trainer, cfg.dataset.name, cfg.dataset.train_size,
                     c.seed, c.knn)
     sampler = ctx.sampler(len(images), seed=int(c.seed))
-    return cached_model(ctx, model, key, c.dir, "encoder", lambda step: images[sampler(step)].to(ctx.device),
-                        int(c.seed), evaluate=lambda mdl: {"knn_acc": encoder_knn(mdl, *knn_data, **c.knn)})
+    return cached_model(ctx, lambda: build_encoder(cfg), key, c.dir, "encoder",
+                        lambda step: images[sampler(step)].to(ctx.device), int(c.seed),
+                        evaluate=lambda mdl: {"knn_acc": encoder_knn(mdl, *knn_data, **c.knn)})
 
 
 def supervised_reference(cfg, ctx, images: torch.Tensor, labels: torch.Tensor,
@@ -53,11 +69,9 @@ def supervised_reference(cfg, ctx, images: torch.Tensor, labels: torch.Tensor,
     trainer_cfg = OmegaConf.merge(cfg.trainer, {"max_steps": r.steps, "ckpt_every": r.steps,
                                                 "optimizer": OmegaConf.to_container(r.optimizer)})
     key = cache_key(cfg.method.backbone, trainer_cfg, cfg.dataset.name, cfg.dataset.train_size, c.seed, c.knn)
-    encoder, feat_dim = instantiate(cfg.method.backbone, in_chans=cfg.dataset.in_chans, img_size=cfg.dataset.img_size)
-    model = SupervisedNet(encoder, feat_dim, int(cfg.dataset.num_classes))
     sampler = ctx.sampler(len(images), seed=int(c.seed))
     batch_fn = lambda step: (images[sampler(step)].to(ctx.device), labels[sampler(step)].to(ctx.device))  # noqa: E731
-    return cached_model(ctx, model, key, c.dir, "supervised", batch_fn, int(c.seed), trainer_cfg,
+    return cached_model(ctx, lambda: build_reference(cfg), key, c.dir, "supervised", batch_fn, int(c.seed), trainer_cfg,
                         evaluate=lambda mdl: {"knn_acc": encoder_knn(mdl, *knn_data, **c.knn)})
 
 
@@ -90,7 +104,8 @@ def clustered_pool(num_images: int, split: str, val_size: int) -> torch.LongTens
 
 
 def run(cfg, ctx) -> dict[str, float]:
-    """Metrics `<row>/<metric>` for k-means and every rule of `method.rules` (sela, uot, pot,
+    """Metrics `<row>/<metric>` for k-means, the untrained head (`untrained`: the seeded start of
+    every rule, not trained; the unlearned control) and every rule of `method.rules` (sela, uot, pot,
     p2ot), all on the same frozen features (`method.features`: the cached SimCLR encoder's, or the
     cached supervised reference's): acc, macc, nmi, ari, f1 on the long-tailed set
     (drawn from the `method.cluster_split` part of the train split), the same with `test_` on the
@@ -104,9 +119,8 @@ def run(cfg, ctx) -> dict[str, float]:
     lt = pool[long_tailed_indices(train_y[pool], m.imbalance_ratio, m.max_per_class, ctx.seed)]
     lt_x, lt_y = train_x[lt], train_y[lt]
 
-    models = build(cfg)
     knn_data = (splits["eval_train"], splits["test"])
-    encoder, enc_info = pretrain_encoder(cfg, ctx, models["encoder"], splits["train"][0], knn_data)
+    encoder, enc_info = pretrain_encoder(cfg, ctx, splits["train"][0], knn_data)
     metrics = {"encoder/knn_acc": enc_info["knn_acc"]}
     if m.reference.steps > 0:
         reference, ref_info = supervised_reference(cfg, ctx, *splits["train"], knn_data)
@@ -122,6 +136,15 @@ def run(cfg, ctx) -> dict[str, float]:
     km_train, km_test = kmeans_clusters(lt_feats, test_feats, k, ctx.seed, m.kmeans_n_init)
     metrics |= {f"kmeans/{n}": v for n, v in evaluate_clusters(km_train, lt_y, km_test, test_y, k).items()}
     sizes["kmeans"] = sorted_sizes(km_train, k)
+    # the unlearned control (`untrained`): the head every rule starts from (the same seed), not trained;
+    # clusters by the argmax of its initial logits. A rule that learned nothing scores like this row.
+    torch.manual_seed(ctx.seed)
+    head0 = instantiate(m.head, in_dim=views.shape[-1], num_clusters=k)
+    pred0 = predict_clusters(head0, lt_feats)
+    metrics |= {f"untrained/{n}": v for n, v in
+                evaluate_clusters(pred0, lt_y, predict_clusters(head0, test_feats), test_y, k).items()}
+    metrics["untrained/empty_clusters"] = float(sum(s == 0 for s in sorted_sizes(pred0, k)))
+    sizes["untrained"] = sorted_sizes(pred0, k)
     for row, rule in m.rules.items():
         torch.manual_seed(ctx.seed)   # every rule starts from the same head
         head = instantiate(m.head, in_dim=views.shape[-1], num_clusters=k)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -21,9 +22,17 @@ from common.data.transforms import to_float
 from common.eval import knn_accuracy
 
 
+# The cached models' format, in every key: 2 = initialised under the cache seed (`cached_model`). Version 1
+# (no version in the key) initialised the model under the RNG of whichever run first built the cache, so
+# its weights depended on that run's seed; the version keeps such a stale cache from being loaded.
+CACHE_VERSION = 2
+
+
 def cache_key(*parts) -> str:
-    """sha256 (16 hex digits) of the resolved config parts that define a cached model."""
-    blob = json.dumps([OmegaConf.to_container(p, resolve=True) if OmegaConf.is_config(p) else p for p in parts],
+    """sha256 (16 hex digits) of the resolved config parts that define a cached model (and of
+    `CACHE_VERSION`)."""
+    blob = json.dumps([{"cache_version": CACHE_VERSION},
+                       *(OmegaConf.to_container(p, resolve=True) if OmegaConf.is_config(p) else p for p in parts)],
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -55,27 +64,32 @@ def encoder_knn(model: nn.Module, train: tuple, test: tuple, k: int, temperature
     return knn_accuracy(feats[0], train[1].long(), feats[1], test[1].long(), k=k, temperature=temperature)
 
 
-def cached_model(ctx, model: nn.Module, key: str, cache_dir: str | Path, stage: str, batch_fn, seed: int,
-                 trainer_cfg=None, evaluate=None) -> tuple[nn.Module, dict]:
-    """`model` trained by the shared Trainer (stage `stage`, `trainer_cfg` or the run's recipe,
-    global RNG seeded with `seed`), or loaded from `cache_dir/<stage>-<key>.pt` when an earlier
-    run trained it. `evaluate(model) -> dict` runs once, after training; its numbers are stored
-    beside the weights. Returns the model, frozen in eval mode, and {cached, steps, **numbers}."""
+def cached_model(ctx, make_model: Callable[[], nn.Module], key: str, cache_dir: str | Path, stage: str, batch_fn,
+                 seed: int, trainer_cfg=None, evaluate=None) -> tuple[nn.Module, dict]:
+    """`make_model()` trained by the shared Trainer (stage `stage`, `trainer_cfg` or the run's recipe),
+    or loaded from `cache_dir/<stage>-<key>.pt` when an earlier run trained it. The model is
+    constructed (its parameters initialised) and trained in a forked global RNG seeded with `seed`,
+    so the cached weights depend on the cache's settings and seed only, never on the run that
+    happens to build them, and the run's own RNG stream is the same whether the cache was built or
+    loaded. `evaluate(model) -> dict` runs once, after training; its numbers are stored beside the
+    weights. Returns the model, frozen in eval mode, and {cached, steps, **numbers}."""
     path = Path(cache_dir) / f"{stage}-{key}.pt"
-    model.to(ctx.device)
-    if path.exists():
-        state = torch.load(path, map_location=ctx.device, weights_only=True)
-        model.load_state_dict(state["model"])
-        info = {"cached": True, **state["info"]}
-    else:
+    device = torch.device(ctx.device)
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
         torch.manual_seed(seed)
-        trainer = ctx.trainer(model, batch_fn, stage=stage, trainer_cfg=trainer_cfg)
-        trainer.fit(resume=ctx.resume)
-        ctx.last_step = max(ctx.last_step, trainer.step)
-        model.eval()
-        info = {"steps": int(trainer.step), **(evaluate(model) if evaluate else {})}
-        if ctx.hw.is_main:
-            atomic_save({"step": trainer.step, "model": model.state_dict(), "info": info}, path)
-        info = {"cached": False, **info}
+        model = make_model().to(device)
+        if path.exists():
+            state = torch.load(path, map_location=device, weights_only=True)
+            model.load_state_dict(state["model"])
+            info = {"cached": True, **state["info"]}
+        else:
+            trainer = ctx.trainer(model, batch_fn, stage=stage, trainer_cfg=trainer_cfg)
+            trainer.fit(resume=ctx.resume)
+            ctx.last_step = max(ctx.last_step, trainer.step)
+            model.eval()
+            info = {"steps": int(trainer.step), **(evaluate(model) if evaluate else {})}
+            if ctx.hw.is_main:
+                atomic_save({"step": trainer.step, "model": model.state_dict(), "info": info}, path)
+            info = {"cached": False, **info}
     model.eval().requires_grad_(False)
     return model, info
