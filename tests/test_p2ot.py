@@ -326,14 +326,16 @@ def test_supervised_features_cluster_the_cached_reference(compose_cfg, tmp_path)
 
 # ---------------------------------------------------------------- the cached models depend on the cache seed only
 
-def _cache_ctx(compose_cfg, tmp_path, name):
+def _cache_ctx(compose_cfg, tmp_path, name, run_seed):
     from common.hardware import Hardware
     from common.logging import MetricLogger
     from common.runner import RunContext
 
+    # the run's config seed differs per run and from the cache seed (3): a cache that read `ctx.seed`
+    # or `cfg.seed` anywhere (sampler, cached_model's fork) would differ between the runs
     cfg = compose_cfg(["experiment=p2ot_smoke", f"method.encoder_cache.dir={tmp_path / name / 'cache'}",
                        f"run_dir={tmp_path / name}", "method.reference.steps=2", "trainer.max_steps=2",
-                       "trainer.batch_size=16"])
+                       "trainer.batch_size=16", f"seed={run_seed}", "method.encoder_cache.seed=3"])
     (tmp_path / name).mkdir()
     hw = Hardware(device=torch.device("cpu"), rank=0, world_size=1)
     return cfg, RunContext(cfg, hw, tmp_path / name, MetricLogger(tmp_path / name, cfg.logger))
@@ -354,7 +356,7 @@ def test_cached_weights_do_not_depend_on_the_run_that_builds_them(compose_cfg, t
     knn = ((images[:24], labels[:24]), (images[24:], labels[24:]))
     states = {}
     for name, run_seed, encoder_first in (("a", 0, True), ("b", 7, True), ("c", 123, False)):
-        cfg, ctx = _cache_ctx(compose_cfg, tmp_path, name)
+        cfg, ctx = _cache_ctx(compose_cfg, tmp_path, name, run_seed)
         torch.manual_seed(run_seed)            # what the runner does with the run's seed
         if encoder_first:
             enc, info = pretrain_encoder(cfg, ctx, images, knn)
