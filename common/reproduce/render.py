@@ -38,8 +38,9 @@ def claim_line(c: ClaimResult, known: bool = False, held_out: bool = False) -> s
         needed = f"; {seeds_needed_text(c.seeds_needed, '≈')} seeds would resolve it at this margin and spread"
     tag = "**headline** " if c.headline else ""
     if known:
-        # on held-out seeds a pass alone is no reason to move it back: the report seeds decide
-        note = ("PASSES on these held-out seeds" if held_out else "now PASSES: move it back to claims") \
+        # a claim must pass on both seed sets: a pass on one alone is no reason to move it back
+        note = ("PASSES on these held-out seeds" if held_out
+                else "now PASSES on these seeds: move it back to claims if the held-out seeds pass too") \
             if c.status == PASS else c.status
         return f"- {tag}NOT REPRODUCED ({note}): `{c.claim}` ({c.values}; {_interval(c)}{needed}). {c.why}{_controls(c)}"
     return f"- {tag}{c.status}: `{c.claim}` ({c.values}; {_interval(c)}{needed}).{_controls(c)}"
