@@ -141,9 +141,8 @@ class ImageNetTrainStream(IterableDataset):
     @staticmethod
     def _jpegs(fileobj) -> Iterator[bytes]:
         with tarfile.open(fileobj=fileobj, mode="r|") as inner:
-            for m in inner:
-                if m.isfile() and m.name.endswith(".JPEG"):
-                    yield inner.extractfile(m).read()
+            for _, data in inet._jpegs(inner):
+                yield data
 
     def records(self, shard: int, shards: int, rng: np.random.Generator) -> Iterator[tuple[bytes, int]]:
         """(JPEG bytes, label) of this shard's classes, `interleave` classes open at once."""

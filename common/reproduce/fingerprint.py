@@ -149,6 +149,20 @@ def table_fingerprint(method: str, experiment: str, extra: list[str] = ()) -> di
             "extend": int(base.table.extend.to) if base.table.get("extend") else None}
 
 
+def record_staleness(recorded: dict | None, current: dict, ignore_seeds: bool,
+                     seeds: list[int] | None = None) -> str | None:
+    """`staleness` as a record's own seeds allow. `ignore_seeds`: compare code, settings and packages
+    only (a held-out record ran other seeds by design; `--rejudge` re-derives the seeds from the
+    record by the current extension rule). Otherwise a record made before seeds were fingerprinted
+    is judged on the table's own `seeds`."""
+    recorded = dict(recorded or {})
+    if ignore_seeds:
+        recorded.update(seeds=current["seeds"], extend=current.get("extend"))
+    elif "seeds" not in recorded and seeds is not None:
+        recorded["seeds"] = seeds
+    return staleness(recorded or None, current)
+
+
 def staleness(recorded: dict | None, current: dict) -> str | None:
     """Why a recorded table no longer matches: 'no record', 'code changed', 'run machinery changed',
     'settings changed', 'seeds changed', 'packages changed', or None when it is current (a record

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from common import results
 from common.config import UserError
-from common.reproduce.fingerprint import staleness, table_fingerprint
+from common.reproduce.fingerprint import record_staleness, table_fingerprint
 from common.reproduce.publish import RESULTS_DIR, stem
 from common.reproduce.record import TableResult
 from common.reproduce.tables import extension_seeds, judge_claims, taken_seeds
@@ -39,7 +39,7 @@ def rejudge_table(method: str, table: TableResult, extra: list[str]) -> TableRes
     base = compose("train", overrides=[f"experiment={table.experiment}", *extra])
     current = table_fingerprint(method, table.experiment, extra)
     recorded = dict(table.fingerprint or {})
-    why = staleness({**recorded, "seeds": current["seeds"], "extend": current.get("extend")}, current)
+    why = record_staleness(recorded, current, ignore_seeds=True)
     if why is not None:
         raise UserError(f"{table.experiment}: {why} since it was recorded; its runs describe other code or "
                         f"settings, so re-run it (python scripts/reproduce.py {method} --tier mini "

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 from common.config import CONFIG_DIR
-from common.reproduce.fingerprint import staleness, table_fingerprint
+from common.reproduce.fingerprint import record_staleness, table_fingerprint
 from common.reproduce.publish import RESULTS_DIR
 
 
@@ -22,16 +22,6 @@ class StaleTable:
     held_out: bool
     reason: str       # code changed | run machinery changed | settings changed | ...
     tuning: bool      # a sweep's record: it shows what a choice was made on, so it is listed, not counted
-
-
-def _judged(recorded: dict, current: dict, held_out: bool, table: dict) -> str | None:
-    """Staleness as the record's own seeds allow: a held-out record ran other seeds by design, so
-    only its code and settings are compared (as `--rejudge --held-out` does)."""
-    if held_out:
-        return staleness({**recorded, "seeds": current["seeds"], "extend": current.get("extend")}, current)
-    if "seeds" not in recorded and table.get("seeds") is not None:
-        recorded = {**recorded, "seeds": table["seeds"]}
-    return staleness(recorded, current)
 
 
 def stale_tables(tier: str = "mini", methods: list[str] | None = None) -> list[StaleTable]:
@@ -51,7 +41,8 @@ def stale_tables(tier: str = "mini", methods: list[str] | None = None) -> list[S
                 if not (CONFIG_DIR / "experiment" / f"{experiment}.yaml").exists():
                     found.append(StaleTable(path.name, experiment, held_out, "config removed", False))
                     continue
-                why = _judged(table.get("fingerprint") or {}, table_fingerprint(method, experiment), held_out, table)
+                why = record_staleness(table.get("fingerprint"), table_fingerprint(method, experiment), held_out,
+                                       table.get("seeds"))
                 if why is not None:
                     found.append(StaleTable(path.name, experiment, held_out, why, table.get("purpose") == "tuning"))
     return found
