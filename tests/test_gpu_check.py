@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 
 def test_synthetic_stand_ins_have_the_papers_shapes_and_are_undone():
     import common.data as data
-    from common.data import crystals, download, hypergraphs, mnist_full, svhn, text, tinyimagenet  # noqa: F401 (register)
+    from common.data import crystals, download, hypergraphs, imagenet, mnist_full, svhn, text, tinyimagenet  # noqa: F401
     from common.data.images import read_idx
     from common.reproduce import synthetic
 
@@ -165,3 +165,60 @@ def test_whole_gpu_check_runs_on_the_cpu(tmp_path):
     dry = json.loads((tmp_path / "gpu_dry_run.json").read_text())
     assert not dry["errors"] and {r["experiment"] for r in dry["configs"]} >= {"lighthgnn_production"}
     assert np.isfinite(summary["seconds"])
+
+
+def test_imagenet_stream_stand_in_shards_like_the_real_stream():
+    """The stand-in takes the real stream's arguments; its shards (ranks x workers) partition a pass,
+    which is a pure function of (seed, epoch) and changes with either."""
+    from common.data import imagenet_stream
+    from common.reproduce import synthetic
+
+    real = imagenet_stream.ImageNetTrainStream
+    synthetic.install(n_train=24, n_test=4, shrink=True)
+    try:
+        cls = imagenet_stream.ImageNetTrainStream
+        assert cls is synthetic.ImageStream
+        whole = [(x, y) for x, y in cls(root="nowhere", side=16, seed=3)]
+        assert len(whole) == 24 and all(x.shape == (3, 16, 16) and x.dtype == torch.uint8 for x, _ in whole)
+        assert sorted(y for _, y in whole) == list(range(24))        # balanced labels: index mod 1000
+        parts = [list(cls(side=16, seed=3, rank=r, world_size=3)) for r in range(3)]
+        assert sorted(y for p in parts for _, y in p) == sorted(y for _, y in whole) and len(parts[0]) == 8
+        again = {y: x for _, (x, y) in enumerate(whole)}
+        assert all(torch.equal(again[y], x) for p in parts for x, y in p)   # same image wherever it is drawn
+        other = cls(side=16, seed=3)
+        other.set_epoch(1)
+        assert [y for _, y in other] != [y for _, y in whole]
+        assert [y for _, y in cls(side=16, seed=4)] != [y for _, y in whole]
+        with pytest.raises(ValueError, match="rank"):
+            cls(rank=2, world_size=2)
+        assert "stream:imagenet" in synthetic.used()
+        assert data_shape("imagenet") == (4, 3, 224, 224)
+    finally:
+        synthetic.uninstall()
+    assert imagenet_stream.ImageNetTrainStream is real
+
+
+def data_shape(name: str) -> tuple:
+    import common.data as data
+
+    return tuple(data.load(name, "test")[0].shape)
+
+
+def test_metr_paper_smoke_runs_on_the_stand_ins_and_caches_nothing(tmp_path, monkeypatch):
+    """metr_deit_s for one step on the CPU (shrunk sizes, gpu_check.yaml's cpu settings): the streamed
+    stand-in trains, the stand-in validation split is scored, and the base stage's cache goes to a
+    scratch folder, not to ICLR24_CACHE, where the real run's key would find a random-init base.
+    In the fast suite (~20 s): nothing else guards the cache, and the GPU check runs rarely."""
+    from common.reproduce.paper import gpu_smoke
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ICLR24_CACHE", str(cache))
+    lines: list[str] = []
+    status = gpu_smoke("metr", 1, [], log=lines.append, only=["metr_deit_s"], cpu=True, results=tmp_path)
+    row = json.loads((tmp_path / "gpu_metr.json").read_text())["configs"]["metr_deit_s"]
+    assert status == 0 and row["status"] == "ok", row.get("metrics")
+    assert row["steps_timed"] >= 1 and "stream:imagenet" in row["synthetic"] and "images:imagenet" in row["synthetic"]
+    assert any(s.startswith("random-init:deit_small") for s in row["synthetic"])
+    assert {"evit/acc_k100", "metr/acc_k70"} <= set(row["metrics"])     # both fine-tunes scored
+    assert not cache.exists() or not any(cache.rglob("*")), sorted(cache.rglob("*"))
+    assert os.environ["ICLR24_CACHE"] == str(cache)

@@ -6,7 +6,8 @@
             costs GPU time. One JSON line per config; exit 1 on a mismatch or a failed build.
 --gpu-smoke N steps of each paper config (CUDA, or the CPU with `cpu=True`) on synthetic inputs of
             the paper's shapes (`common.reproduce.synthetic`: the datasets and the Hub weights are
-            stand-ins, installed in this process only), without torch.compile. Each config's
+            stand-ins, installed in this process only), without torch.compile, with the stage
+            caches (ICLR24_CACHE) in a scratch folder removed afterwards. Each config's
             peak memory and step time go to benchmarks/results/gpu_<method>.json, written after
             every config so that a run cut short by its time limit still reports.
 """
@@ -20,6 +21,7 @@ import os
 import resource
 import signal
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,11 +113,40 @@ def _dry_run(method: str, extra: list[str], log, rows) -> int:
 
 
 def smoke_settings(path: Path = SMOKE_SETTINGS) -> dict:
-    """scripts/gpu_check.yaml: the synthetic data's sizes and the overrides every smoke (`all`),
-    each experiment (`experiments`: fnmatch patterns) and the CPU's reduced mode (`cpu`) add."""
+    """scripts/gpu_check.yaml: the synthetic data's sizes (`synthetic`; per method on the CPU:
+    `cpu_synthetic`) and the overrides every smoke (`all`), each experiment (`experiments`: fnmatch
+    patterns) and the CPU's reduced mode (`cpu`) add."""
     data = yaml.safe_load(path.read_text()) if path.exists() else {}
     return {"synthetic": data.get("synthetic") or {}, "all": data.get("all") or [],
-            "experiments": data.get("experiments") or {}, "cpu": data.get("cpu") or {}}
+            "experiments": data.get("experiments") or {}, "cpu": data.get("cpu") or {},
+            "cpu_synthetic": data.get("cpu_synthetic") or {}}
+
+
+def synthetic_sizes(method: str, cpu: bool, settings: dict) -> dict:
+    """The stand-ins' sizes for `method`'s smoke: `synthetic`, and on the CPU `cpu_synthetic[method]`
+    over it (ImageNet's 10,000 test images at 224 are 1.5 GB and an hour of CPU scoring)."""
+    sizes = dict(settings["synthetic"])
+    if cpu:
+        sizes.update(settings["cpu_synthetic"].get(method) or {})
+    return sizes
+
+
+@contextlib.contextmanager
+def _scratch_cache():
+    """ICLR24_CACHE pointed at a scratch folder for the smoke, then restored: a stage cache's key is
+    the stage's settings (METR's base: init_from and the stream's config), not the data behind them,
+    so a smoke's random-init base on synthetic images would otherwise sit under the key of the real
+    run, which would load it."""
+    old = os.environ.get("ICLR24_CACHE")
+    with tempfile.TemporaryDirectory(prefix="gpu_smoke_cache_") as tmp:
+        os.environ["ICLR24_CACHE"] = tmp
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("ICLR24_CACHE", None)
+            else:
+                os.environ["ICLR24_CACHE"] = old
 
 
 def _matching(table: dict, name: str) -> list[str]:
@@ -236,10 +267,10 @@ def gpu_smoke(method: str, steps: int, extra: list[str], log=print, only: list[s
         names = [n for n in names if n in only]
     out = results / f"gpu_{method}.json"
     status = 0
-    synthetic.install(shrink=cpu, **settings["synthetic"])
+    synthetic.install(shrink=cpu, **synthetic_sizes(method, cpu, settings))
     timer = StepTimer(steps).install()
     try:
-        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        with _scratch_cache(), initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
             for name in names:
                 _write(out, method, {name: {"status": "running (the process died or was cut if this stays)",
                                             "started_at": time.time()}})

@@ -8,7 +8,8 @@ undoes it on `uninstall()`. The dataset configs and `common/data` stay as they a
 code fingerprint changes. What each stand-in is:
 
 - images (the registry names): uniform random uint8 images of the dataset's shape and balanced
-  labels over its classes (`IMAGES`), `n_train` / `n_test` of them;
+  labels over its classes (`IMAGES`), `n_train` / `n_test` of them; ImageNet's streamed training
+  split (`common.data.imagenet_stream.ImageNetTrainStream`): `ImageStream`, `n_train` of them a pass;
 - hypergraphs: `common.data.hypergraphs.synthetic_hypergraph` with the named graph's vertex count,
   classes and feature width (`HYPERGRAPHS`); the hypergraph-reconstruction pairs (`find_or_fetch`
   of their train.txt / test.txt) written from a synthetic hypergraph;
@@ -38,13 +39,13 @@ import torch
 IMAGES = {
     "fashion_mnist": (1, 28, 28, 10), "digits": (1, 8, 8, 10), "mnist5k": (1, 28, 28, 10), "mnist": (1, 28, 28, 10),
     "cifar10": (3, 32, 32, 10), "cifar100": (3, 32, 32, 100), "stl10": (3, 96, 96, 10), "tinyimagenet": (3, 64, 64, 200),
-    "svhn": (3, 32, 32, 10),
+    "svhn": (3, 32, 32, 10), "imagenet": (3, 224, 224, 1000),
 }
 # name -> (train, test) images of the real dataset: a stand-in has as many, up to n_train / n_test
 # (a long-tailed CIFAR-100 needs its 500 images per class, federated splits their per-class counts)
 SIZES = {"fashion_mnist": (60000, 10000), "digits": (1437, 360), "mnist5k": (4000, 1000), "mnist": (60000, 10000),
          "cifar10": (50000, 10000), "cifar100": (50000, 10000), "stl10": (5000, 8000), "tinyimagenet": (100000, 10000),
-         "svhn": (73257, 26032)}
+         "svhn": (73257, 26032), "imagenet": (1281167, 50000)}
 # name -> (vertices, classes, feature width): the HyperGCN graphs (Table 3 of LightHGNN)
 HYPERGRAPHS = {"cocitation_cora": (2708, 7, 1433), "cocitation_citeseer": (3312, 6, 3703),
                "coauthorship_cora": (2708, 7, 1433), "coauthorship_dblp": (43413, 6, 1425),
@@ -86,6 +87,37 @@ def images(name: str, split: str, n: int | None = None) -> tuple[torch.Tensor, t
     STATE["used"].add(f"images:{name}")
     labels = (torch.arange(n) % k)[torch.randperm(n, generator=g)]        # balanced: n/k per class
     return torch.randint(0, 256, (n, c, h, w), generator=g, dtype=torch.uint8), labels
+
+
+class ImageStream(torch.utils.data.IterableDataset):
+    """Stand-in for common.data.imagenet_stream.ImageNetTrainStream, with its arguments (those of the
+    archive ignored): `n_train` random uint8 (3, side, side) ImageNet images a pass, labels balanced
+    over the 1,000 classes, sharded as the real stream is, over ranks x DataLoader workers (shard
+    rank * workers + worker of S takes positions s, s + S, ... of the pass's order), each image a pure
+    function of (seed, epoch, index), so that every shard draws the same pass wherever it runs."""
+
+    def __init__(self, root="data", download=False, side: int = 224, shuffle_buffer: int = 10_000,
+                 interleave: int = 16, seed: int = 0, rank: int = 0, world_size: int = 1, stream: bool = False,
+                 transform=None):
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank must lie in [0, world_size) with world_size >= 1, got rank {rank} of {world_size}")
+        self.side, self.seed, self.epoch = int(side), int(seed), 0
+        self.rank, self.world_size = int(rank), int(world_size)
+        self.n = min(STATE["n_train"], SIZES["imagenet"][0])
+        STATE["used"].add("stream:imagenet")
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        shards, shard = self.world_size * workers, self.rank * workers + worker
+        order = torch.randperm(self.n, generator=_gen(f"imagenet-stream/{self.seed}/{self.epoch}"))
+        classes = IMAGES["imagenet"][3]
+        for i in order[shard::shards].tolist():
+            g = _gen(f"imagenet-stream/{self.seed}/{self.epoch}/{i}")
+            yield torch.randint(0, 256, (3, self.side, self.side), generator=g, dtype=torch.uint8), i % classes
 
 
 def crystals(n: int = 4096, max_atoms: int = 16, seed: int = 0) -> list[dict]:
@@ -231,10 +263,10 @@ def install(n_train: int = 4096, n_test: int = 1024, shrink: bool = False) -> No
     STATE.update(n_train=n_train, n_test=n_test, shrink=shrink, used=set())
     import common.data as data
     from common.data import adbench, crystals as cdata, download, hypergraphs, manifold_data, mnist_full, tabular, text
-    from common.data import svhn, tinyimagenet
+    from common.data import imagenet, imagenet_stream, svhn, tinyimagenet
     from common.nn import llm
 
-    del mnist_full, svhn, tinyimagenet   # imported for their registrations, which the loop below replaces
+    del imagenet, mnist_full, svhn, tinyimagenet   # imported for their registrations, which the loop below replaces
     for name in IMAGES:
         data.REGISTRY.setdefault(name, None)
         _SAVED.append((data.REGISTRY, name, data.REGISTRY[name]))
@@ -263,6 +295,7 @@ def install(n_train: int = 4096, n_test: int = 1024, shrink: bool = False) -> No
     _patch(manifold_data, "load_earth", lambda name, root="data", download=False: _sphere(name))
     _patch(text, "load_text", lambda name, split="test": words(seed=int(_gen(f"{name}/{split}").initial_seed()) % 1000))
     _patch(llm, "load_causal_lm", load_causal_lm)
+    _patch(imagenet_stream, "ImageNetTrainStream", ImageStream)   # instantiate() looks the _target_ up at call time
     _patch_hub()
 
 
