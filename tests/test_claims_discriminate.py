@@ -208,6 +208,21 @@ def test_extension_fires_only_within_its_bound_once_and_skips_tuning_seeds():
     assert more == [] and not record["fired"] and "already 10 seeds" in record["why"]   # once: at its bound
 
 
+def test_an_extension_rule_set_after_a_look_says_so_on_the_page():
+    from common.reproduce.render import table_markdown
+
+    t = TableResult("x_mini", [0, 1, 2], ["x"], {
+        "a": [{"seed": s, "x": v} for s, v in zip([0, 1, 2], [1.0, 1.6, 1.3])],
+        "b": [{"seed": s, "x": v} for s, v in zip([0, 1, 2], [0.9, 1.0, 1.1])]})
+    base = _base(extend=10)
+    base.table.extend.fixed = "after the held-out seeds were seen"
+    t.extension = extension_seeds(base, t, set(), "x_mini")[1]
+    assert t.extension["fixed"] == "after the held-out seeds were seen"
+    assert "Extension rule (fixed after the held-out seeds were seen): to 10" in "\n".join(table_markdown(t))
+    t.extension = extension_seeds(_base(extend=10), t, set(), "x_mini")[1]
+    assert "fixed" not in t.extension and "Extension rule (fixed before the run)" in "\n".join(table_markdown(t))
+
+
 def test_an_extended_table_is_judged_at_97_5_percent():
     t = TableResult("x_mini", [0, 1, 2, 3], ["x"], {
         "a": [{"seed": s, "x": v} for s, v in enumerate([1.3, 1.5, 1.2, 1.6])],

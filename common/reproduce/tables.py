@@ -132,7 +132,8 @@ def judge_claims(base, table: TableResult, experiment: str) -> None:
 
 
 def extension_seeds(base, table: TableResult, taken: set[int], experiment: str) -> tuple[list[int], dict | None]:
-    """The rule fixed in the config before the run (`table.extend: {to: N}`): when a claim is WITHIN
+    """The rule fixed in the config before the run (`table.extend: {to: N}`; `fixed: <when>` where it
+    was set after a look at the data, which the table's page then says): when a claim is WITHIN
     NOISE at the first seeds and would resolve with at most N seeds at the measured margin and
     spread, the next seeds in order (skipping `taken`: tuning and report seeds) up to N in all, once.
     Returns (the seeds to add, the record {to, first_seeds, fired, why}; None without a rule)."""
@@ -156,7 +157,10 @@ def extension_seeds(base, table: TableResult, taken: set[int], experiment: str) 
         why = f"not extended: already {len(first)} seeds"
     else:
         why = f"not extended: no claim WITHIN NOISE that {to} seeds would resolve"
-    return extra, {"to": to, "first_seeds": first, "fired": bool(extra), "why": why}
+    record = {"to": to, "first_seeds": first, "fired": bool(extra), "why": why}
+    if rule.get("fixed"):     # when the rule was set, if not before any run (the render says "before the run")
+        record["fixed"] = str(rule["fixed"])
+    return extra, record
 
 
 def expand_rows(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
