@@ -62,6 +62,9 @@ HF_CONFIGS = {
     "meta-llama/Llama-2-7b-hf": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                                                      num_attention_heads=32, vocab_size=32000,
                                                      max_position_embeddings=4096)),
+    "tiiuae/falcon-7b": ("FalconConfig", dict(hidden_size=4544, num_attention_heads=71, num_hidden_layers=32,
+                                              vocab_size=65024, multi_query=True, parallel_attn=True, bias=False,
+                                              new_decoder_architecture=False, alibi=False)),
     "bert-base-cased": ("BertConfig", dict(vocab_size=28996)),
     "bert-base-uncased": ("BertConfig", dict(vocab_size=30522)),
 }
