@@ -222,3 +222,25 @@ def test_metr_paper_smoke_runs_on_the_stand_ins_and_caches_nothing(tmp_path, mon
     assert {"evit/acc_k100", "metr/acc_k70"} <= set(row["metrics"])     # both fine-tunes scored
     assert not cache.exists() or not any(cache.rglob("*")), sorted(cache.rglob("*"))
     assert os.environ["ICLR24_CACHE"] == str(cache)
+
+
+def test_relu_paper_smokes_run_on_the_stand_ins(tmp_path):
+    """The three ReLU Strikes Back paper configs for one step on the CPU: RefinedWeb, OPT's tokenizer
+    and the 7B architectures are stand-ins (shrunk), zero-shot is off; the reader's batches are a pure
+    function of the step."""
+    from common.reproduce import synthetic
+    from common.reproduce.paper import gpu_smoke
+
+    lines: list[str] = []
+    assert gpu_smoke("relu_strikes_back", 1, [], log=lines.append, cpu=True, results=tmp_path) == 0, lines
+    rows = json.loads((tmp_path / "gpu_relu_strikes_back.json").read_text())["configs"]
+    assert set(rows) == {"relu_strikes_back_opt1b3", "relu_strikes_back_llama7b_relufy",
+                         "relu_strikes_back_falcon7b_relufy"}
+    assert all(r["status"] == "ok" and r["steps_timed"] >= 1 and "text:refinedweb" in r["synthetic"] for r in rows.values())
+    assert "tokenizer:facebook/opt-1.3b" in rows["relu_strikes_back_opt1b3"]["synthetic"]
+    assert "random-init:tiiuae/falcon-7b" in rows["relu_strikes_back_falcon7b_relufy"]["synthetic"]
+    reader = synthetic.TextReader(train_shards=["a"], val_shards=["b"], tokenizer=None)
+    tok = synthetic.WordTokenizer(100)
+    batches = reader.train_batches(tok, 8, 3)
+    assert torch.equal(batches(5), batches(5)) and not torch.equal(batches(5), batches(6))
+    assert int(batches(0).max()) < 100 and reader.val_windows(tok, 8, 4).shape == (4, 8)

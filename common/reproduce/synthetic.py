@@ -16,8 +16,9 @@ code fingerprint changes. What each stand-in is:
 - crystals (JARVIS, MP): random cells of 2-16 atoms (`crystals`);
 - anomaly-detection tables (ADBench, ODDS): Gaussian inliers and shifted outliers;
 - Earth events: random points on the sphere; MNIST idx files (`find_or_fetch("mnist")`) written;
-- text (C4, WikiText2, pydoc, fortunes): random words; language models named by a Hub id: the
-  model's architecture from `HF_CONFIGS`, randomly initialised, and a word-hash tokenizer;
+- text (C4, WikiText2, pydoc, fortunes): random words; RefinedWeb's reader (`TextReader`): random
+  token windows; language models named by a Hub id: the model's architecture from `HF_CONFIGS`,
+  randomly initialised, and a word-hash tokenizer (also for the Hub tokenizers of `TOKENIZERS`);
 - timm models: `pretrained=False` (timm knows the architecture offline); GLUE: `glue_splits` below,
   random tokens (a config points `method.glue.data._target_` here; see `CONFIG_OVERRIDES`).
 
@@ -62,9 +63,14 @@ HF_CONFIGS = {
     "meta-llama/Llama-2-7b-hf": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                                                      num_attention_heads=32, vocab_size=32000,
                                                      max_position_embeddings=4096)),
+    "tiiuae/falcon-7b": ("FalconConfig", dict(hidden_size=4544, num_attention_heads=71, num_hidden_layers=32,
+                                              vocab_size=65024, multi_query=True, parallel_attn=True, bias=False,
+                                              new_decoder_architecture=False, alibi=False)),
     "bert-base-cased": ("BertConfig", dict(vocab_size=28996)),
     "bert-base-uncased": ("BertConfig", dict(vocab_size=30522)),
 }
+# Hub tokenizer id -> vocabulary: a word-hash stand-in of that size (AutoTokenizer.from_pretrained)
+TOKENIZERS = {"facebook/opt-1.3b": 50265}
 SHRINK = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
           "vocab_size": 512}
 
@@ -160,9 +166,32 @@ class WordTokenizer:
         self.vocab_size = vocab_size
         self.eos_token_id, self.pad_token_id = 1, 0
 
+    def __len__(self) -> int:
+        return self.vocab_size
+
     def __call__(self, text, return_tensors="pt", **_):
         ids = [2 + int(hashlib.md5(w.encode()).hexdigest()[:6], 16) % (self.vocab_size - 2) for w in str(text).split()]
         return type("Encoding", (), {"input_ids": torch.tensor([ids], dtype=torch.long)})()
+
+
+class TextReader:
+    """Stand-in for common.data.refinedweb.RefinedWeb (its arguments; shards and digests ignored):
+    random token windows within the tokenizer's vocabulary, `train_batches` a pure function of the step."""
+
+    def __init__(self, *args, tokenizer=None, **kwargs):
+        self.tokenizer = tokenizer
+        STATE["used"].add("text:refinedweb")
+
+    @staticmethod
+    def _vocab(tok) -> int:
+        return int(getattr(tok, "vocab_size", None) or len(tok))
+
+    def val_windows(self, tok, seq_len: int, n: int) -> torch.Tensor:
+        return torch.randint(2, self._vocab(tok), (n, seq_len), generator=_gen("refinedweb/val"))
+
+    def train_batches(self, tok, seq_len: int, batch_size: int):
+        vocab = self._vocab(tok)
+        return lambda step: torch.randint(2, vocab, (batch_size, seq_len), generator=_gen(f"refinedweb/train/{step}"))
 
 
 def hf_config(name: str, **extra):
@@ -263,7 +292,7 @@ def install(n_train: int = 4096, n_test: int = 1024, shrink: bool = False) -> No
     STATE.update(n_train=n_train, n_test=n_test, shrink=shrink, used=set())
     import common.data as data
     from common.data import adbench, crystals as cdata, download, hypergraphs, manifold_data, mnist_full, tabular, text
-    from common.data import imagenet, imagenet_stream, svhn, tinyimagenet
+    from common.data import imagenet, imagenet_stream, refinedweb, svhn, tinyimagenet
     from common.nn import llm
 
     del imagenet, mnist_full, svhn, tinyimagenet   # imported for their registrations, which the loop below replaces
@@ -296,6 +325,7 @@ def install(n_train: int = 4096, n_test: int = 1024, shrink: bool = False) -> No
     _patch(text, "load_text", lambda name, split="test": words(seed=int(_gen(f"{name}/{split}").initial_seed()) % 1000))
     _patch(llm, "load_causal_lm", load_causal_lm)
     _patch(imagenet_stream, "ImageNetTrainStream", ImageStream)   # instantiate() looks the _target_ up at call time
+    _patch(refinedweb, "RefinedWeb", TextReader)
     _patch_hub()
 
 
@@ -335,6 +365,15 @@ def _patch_hub() -> None:
             kwargs = {k: v for k, v in kwargs.items() if k in ("dtype", "torch_dtype")}
             return _cls.from_config(hf_config(str(name), **extra), **kwargs)
         _patch(cls, "from_pretrained", from_pretrained)
+    real_tokenizer = transformers.AutoTokenizer.from_pretrained
+
+    def tokenizer_from_pretrained(pretrained_model_name_or_path, *args, **kwargs):   # the name Hydra passes
+        name = pretrained_model_name_or_path
+        if str(name) not in TOKENIZERS:
+            return real_tokenizer(name, *args, **kwargs)
+        STATE["used"].add(f"tokenizer:{name}")
+        return WordTokenizer(SHRINK["vocab_size"] if STATE["shrink"] else TOKENIZERS[str(name)])
+    _patch(transformers.AutoTokenizer, "from_pretrained", tokenizer_from_pretrained)
     real_config = transformers.AutoConfig.from_pretrained
 
     def config_from_pretrained(name, *args, **kwargs):

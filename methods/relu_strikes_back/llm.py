@@ -21,6 +21,7 @@ from common.data.text import consecutive_windows
 from common.data.text_lm import documents, split_documents
 from methods.relu_strikes_back.metrics import lm_metrics
 from methods.relu_strikes_back.relufy import relufy
+from methods.relu_strikes_back.zero_shot import zero_shot_metrics
 
 SUB_ROWS = ("smollm2", "swap_only", "smollm2_tuned", "relufied")
 STAGE2_ROW = "relufied_s2"
@@ -50,8 +51,12 @@ def encode_stream(docs, tokenizer, sep: str = "\n\n") -> torch.Tensor:
 
 @functools.lru_cache(maxsize=2)
 def _llm(name: str):
+    from common.config import UserError
     from common.nn.llm import load_causal_lm   # transformers only when a table needs it
-    return load_causal_lm(name)
+    try:
+        return load_causal_lm(name)
+    except UserError as err:    # a model that is not there is a bad choice of model: exit 2 (issue #47)
+        raise UserError(str(err), exit_code=2) from err
 
 
 def llm_corpus(tokenizer, source: str, val_fraction: float, split_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,9 +83,13 @@ def run_llm(cfg, ctx) -> dict[str, float]:
                                  agg_t=int(m.agg_t), shuffle_seed=ctx.seed, batch_size=int(llm.eval_batch),
                                  gated=True)
     base = base.to(ctx.device)
-    out = {f"smollm2/{k}": v for k, v in evaluate(base).items()}
-    out |= {f"swap_only/{k}": v for k, v in evaluate(relufy(copy.deepcopy(base), stage=1,
-                                                           shift=float(m.relufy.shift))).items()}
+
+    def scored(model: nn.Module) -> dict[str, float]:   # the metrics, and zero-shot accuracy when configured
+        return {**evaluate(model), **zero_shot_metrics(cfg, model, tok, t, ctx.device, hf=True)}
+
+    out = {f"smollm2/{k}": v for k, v in scored(base).items()}
+    out |= {f"swap_only/{k}": v for k, v in scored(relufy(copy.deepcopy(base), stage=1,
+                                                         shift=float(m.relufy.shift))).items()}
     if reader is None:
         sampler = ctx.sampler(len(train_ids) - t)
         span = torch.arange(t)
@@ -96,6 +105,7 @@ def run_llm(cfg, ctx) -> dict[str, float]:
     def tune(model: nn.Module, stage: str) -> dict[str, float]:
         wrapped = CausalLMStep(model).train()
         got = tasks.fit_and_evaluate(ctx, wrapped, batches, lambda w: evaluate(w.lm), stage=stage)
+        got |= zero_shot_metrics(cfg, wrapped.lm, tok, t, ctx.device, hf=True)
         return {f"{stage}/{k}": v for k, v in got.items()}
 
     out |= tune(copy.deepcopy(base), "smollm2_tuned")
