@@ -64,8 +64,13 @@ def compare_with_golden(experiment: str, found: dict) -> None:
         f"{method}: the smoke run's first losses changed (numbers moved in {method} or in common/ code it "
         f"imports): {found['losses']} vs golden {golden['losses']}")
     assert set(found["metrics"]) == set(golden["metrics"]), f"{method}: metric names changed"
+    # `acc_atol`: an accuracy (a metric named *acc, in %) may move by a test example or two where a
+    # near-tie flips with the CPU's float order (AVX-512 or not: the same code and first losses, another
+    # machine); the losses and every other metric keep the tight tolerances
+    def atol(name: str) -> float:
+        return max(tol["metric_atol"], tol.get("acc_atol", 0.0)) if name.endswith("acc") else tol["metric_atol"]
     changed = {k: (v, golden["metrics"][k]) for k, v in found["metrics"].items()
-               if v != pytest.approx(golden["metrics"][k], rel=tol["metric_rtol"], abs=tol["metric_atol"])}
+               if v != pytest.approx(golden["metrics"][k], rel=tol["metric_rtol"], abs=atol(k))}
     assert not changed, f"{method}: final smoke metrics changed (found, golden): {changed}"
 
 
