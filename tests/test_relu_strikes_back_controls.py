@@ -116,7 +116,7 @@ def test_run_llm_reports_the_four_sub_rows(tmp_path, monkeypatch):
         def __call__(self, text, add_special_tokens=True):
             return {"input_ids": [ord(c) % 64 for c in text[:20000]]}
 
-    monkeypatch.setattr(llm, "_llm", lambda name: (tiny, Tok()))
+    monkeypatch.setattr(llm, "_llm", lambda name, dtype="float32": (tiny, Tok()))
     cfg = compose_checked(["experiment=relu_strikes_back_mini_smollm2", "seed=0", f"run_dir={tmp_path}",
                            "method.llm.seq_len=16", "method.llm.eval_windows=4", "method.agg_t=8",
                            "trainer.max_steps=2", "trainer.schedule.warmup_steps=1", "trainer.log_every=1"])

@@ -43,6 +43,11 @@ def test_continuation_logprob_is_the_sum_of_next_token_logprobs():
     assert got == pytest.approx(by_hand(model, ctx + cont, 3), abs=1e-4)
     logits = model(torch.tensor([ctx + cont[:-1]])).logits[0, -3:]
     assert greedy == bool((logits.argmax(-1) == torch.tensor(cont)).all())
+    own = list(ctx)                    # the model's own argmax continuation is greedy
+    for _ in range(3):
+        own.append(int(model(torch.tensor([own])).logits[0, -1].argmax()))
+    got, greedy = continuation_logprob(model, ctx, own[len(ctx):], max_length=32)
+    assert greedy and got == pytest.approx(by_hand(model, own, 3), abs=1e-4)
     long = list(range(1, 40))         # left-truncated to max_length + 1 tokens
     got, _ = continuation_logprob(model, long[:-2], long[-2:], max_length=8)
     assert got == pytest.approx(by_hand(model, long[-9:], 2), abs=1e-4)
@@ -59,10 +64,13 @@ def test_tiny_lm_adapter_answers_lm_eval_requests():
 
     model, tok = tiny(), Chars()
     lm = tiny_lm_eval(model, tok, max_length=32)
-    reqs = [Instance("loglikelihood", {}, ("the cat", " sat"), 0), Instance("loglikelihood", {}, ("a", "b"), 1)]
+    reqs = [Instance("loglikelihood", {}, ("the cat", " sat"), 0), Instance("loglikelihood", {}, ("a", "b"), 1),
+            Instance("loglikelihood", {}, ("", "xy"), 2), Instance("loglikelihood", {}, ("so ", "on"), 3)]
     out = lm.loglikelihood(reqs)
     assert out[0][0] == pytest.approx(by_hand(model, tok.encode("the cat sat"), 4), abs=1e-4)
     assert out[1][0] == pytest.approx(by_hand(model, tok.encode("ab"), 1), abs=1e-4)
+    assert out[2][0] == pytest.approx(by_hand(model, [0] + tok.encode("xy"), 2), abs=1e-4)   # EOS as the context
+    assert out[3][0] == pytest.approx(by_hand(model, tok.encode("so on"), 3), abs=1e-4)      # the space moves over
     text = "x" * 70                    # three windows of 32 after the EOS prefix
     ids = [0] + tok.encode(text)
     rolled = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])[0]
@@ -75,11 +83,20 @@ def test_tiny_lm_adapter_answers_lm_eval_requests():
 
 
 def test_zero_shot_scores_a_local_multiple_choice_task_as_the_argmax_of_likelihoods(tmp_path, monkeypatch):
+    """A whole lm-eval task from a local file: its accuracy is the share of documents whose label has
+    the largest log p(" " + choice | question) (the harness's target delimiter), choices of equal
+    length so that no length bias decides; the run's random streams and training mode are untouched."""
     pytest.importorskip("lm_eval")
+    import random
+
+    import numpy as np
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     from lm_eval.tasks import TaskManager
 
-    docs = [{"q": f"q{i} is", "choices": [" aa", " bcd", " e"], "label": i % 3} for i in range(6)]
+    rng = np.random.default_rng(0)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    docs = [{"q": f"q{i} is", "choices": ["".join(rng.choice(list(letters), 3)) for _ in range(3)], "label": i % 3}
+            for i in range(12)]
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     (tmp_path / "tiny_mc.yaml").write_text(
         "task: tiny_mc\ndataset_path: json\n"
@@ -87,10 +104,18 @@ def test_zero_shot_scores_a_local_multiple_choice_task_as_the_argmax_of_likeliho
         "test_split: test\noutput_type: multiple_choice\ndoc_to_text: '{{q}}'\ndoc_to_choice: '{{choices}}'\n"
         "doc_to_target: '{{label}}'\nmetric_list:\n  - metric: acc\n")
     model, tok = tiny(3), Chars()
-    want = [max(range(3), key=lambda c: continuation_logprob(model, tok.encode(d["q"]), tok.encode(d["choices"][c]),
-                                                             32)[0]) == d["label"] for d in docs]
+    preds = [max(range(3), key=lambda c: continuation_logprob(model, tok.encode(d["q"]), tok.encode(" " + d["choices"][c]),
+                                                              32)[0]) for d in docs]
+    assert len(set(preds)) > 1                          # the scores, not a fixed position, decide
+    model.train()
+    torch.manual_seed(5), random.seed(5), np.random.seed(5)
     got = zero_shot(model, tok, ["tiny_mc"], max_length=32, task_manager=TaskManager(include_path=str(tmp_path)))
-    assert got["zs_tiny_mc"] == pytest.approx(100.0 * sum(want) / len(docs))
+    after = torch.rand(1), random.random(), np.random.rand()
+    torch.manual_seed(5), random.seed(5), np.random.seed(5)
+    assert after == (torch.rand(1), random.random(), np.random.rand())   # the harness reseeded nothing of ours
+    assert model.training
+    want = 100.0 * sum(p == d["label"] for p, d in zip(preds, docs)) / len(docs)
+    assert got["zs_tiny_mc"] == pytest.approx(want) and 0 < want < 100
     assert got["zs_avg"] == got["zs_tiny_mc"]
     cfg = OmegaConf.create({"method": {"zero_shot": None}})
     assert zero_shot_metrics(cfg, model, tok, 32, "cpu") == {}       # off: nothing scored, nothing imported

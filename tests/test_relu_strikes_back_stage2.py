@@ -93,7 +93,7 @@ def test_run_llm_stage2_sub_row_and_a_streamed_reader(tmp_path, monkeypatch):
     from methods.relu_strikes_back import llm
 
     tiny = tiny_llama()
-    monkeypatch.setattr(llm, "_llm", lambda name: (tiny, object()))
+    monkeypatch.setattr(llm, "_llm", lambda name, dtype="float32": (tiny, object()))
     calls = {"val": 0, "train": []}
 
     class Reader:
@@ -138,3 +138,16 @@ def test_smollm2_missing_is_the_user_error_of_common_nn_llm(monkeypatch):
     with pytest.raises(UserError, match="SmolLM2 is not installed") as err:
         llm._llm.__wrapped__("smollm2")        # past the per-process cache
     assert err.value.exit_code == 2
+
+
+def test_a_missing_dependency_keeps_exit_1(monkeypatch):
+    from common.config import UserError
+    from common.nn import llm as common_llm
+    from methods.relu_strikes_back import llm
+
+    def no_extra(name, dtype="float32"):
+        raise UserError("language models need the llm extra: pip install -e '.[llm]' (No module named x)")
+    monkeypatch.setattr(common_llm, "load_causal_lm", no_extra)
+    with pytest.raises(UserError, match="llm extra") as err:
+        llm._llm.__wrapped__("smollm2")
+    assert err.value.exit_code == 1

@@ -50,13 +50,15 @@ def encode_stream(docs, tokenizer, sep: str = "\n\n") -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=2)
-def _llm(name: str):
+def _llm(name: str, dtype: str = "float32"):
     from common.config import UserError
     from common.nn.llm import load_causal_lm   # transformers only when a table needs it
     try:
-        return load_causal_lm(name)
-    except UserError as err:    # a model that is not there is a bad choice of model: exit 2 (issue #47)
-        raise UserError(str(err), exit_code=2) from err
+        return load_causal_lm(name, dtype)
+    except UserError as err:
+        if "llm extra" in str(err):   # a missing dependency keeps its exit 1
+            raise
+        raise UserError(str(err), exit_code=2) from err   # a model that is not there: a bad choice, exit 2 (issue #47)
 
 
 def llm_corpus(tokenizer, source: str, val_fraction: float, split_seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +71,7 @@ def run_llm(cfg, ctx) -> dict[str, float]:
     """The four sub-rows as `<sub>/<metric>` (metrics.lm_metrics, gated FFN FLOPs) on the first
     `method.llm.eval_windows` consecutive validation windows of `method.llm.seq_len` tokens."""
     m, llm = cfg.method, cfg.method.llm
-    base, tok = _llm(str(llm.name))
+    base, tok = _llm(str(llm.name), str(llm.get("dtype", "float32")))
     base = copy.deepcopy(base)   # the cached load stays untouched (relufy works in place)
     d = m.data
     t = int(llm.seq_len)

@@ -10,7 +10,9 @@ and the offline GPU smoke do)."""
 from __future__ import annotations
 
 import math
+import random
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -43,25 +45,35 @@ def continuation_logprob(model, context: list[int], continuation: list[int], max
 
 
 def tiny_lm_eval(model, tokenizer, max_length: int, device="cpu"):
-    """An `lm_eval.api.model.LM` around a causal LM with `.logits` (the floor GPT); built on demand so
-    that importing this module needs no lm_eval."""
-    from lm_eval.api.model import LM
+    """An lm_eval `TemplateLM` around a causal LM with `.logits` (the floor GPT): the harness encodes
+    each (context, continuation) pair as its HFLM does (the context's trailing spaces moved into the
+    continuation, the whole string encoded and split; an empty context becomes the EOS token) and we
+    score the tokens. Built on demand, so that importing this module needs no lm_eval."""
+    from lm_eval.api.model import TemplateLM
 
-    class TinyLMEval(LM):
-        def loglikelihood(self, requests, disable_tqdm: bool = False):
-            return [continuation_logprob(model, encode(tokenizer, ctx), encode(tokenizer, cont), max_length, device)
-                    for ctx, cont in (r.args for r in requests)]
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        raise ValueError("zero-shot scoring needs a tokenizer with an eos_token_id (the harness's prefix token)")
+
+    class TinyLMEval(TemplateLM):
+        @property
+        def eot_token_id(self) -> int:
+            return int(eos)
+
+        def tok_encode(self, string: str, **kwargs) -> list[int]:
+            return encode(tokenizer, string)
+
+        def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs):
+            # one forward per request (no batching: the paper tier's cost, README)
+            return [continuation_logprob(model, ctx, cont, max_length, device) for _, ctx, cont in requests]
 
         def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
             """A document's log-likelihood over disjoint windows (the harness's own windowing, as HFLM)."""
             from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-            eos = getattr(tokenizer, "eos_token_id", None)
-            if eos is None:
-                raise ValueError("rolling log-likelihood needs a tokenizer with an eos_token_id (the first prefix)")
             out = []
             for r in requests:
-                windows = get_rolling_token_windows(token_list=encode(tokenizer, r.args[0]), prefix_token=eos,
+                windows = get_rolling_token_windows(token_list=encode(tokenizer, r.args[0]), prefix_token=int(eos),
                                                     max_seq_len=max_length, context_len=1)
                 out.append(math.fsum(continuation_logprob(model, ctx, cont, max_length, device)[0]
                                      for ctx, cont in map(make_disjoint_window, windows)))
@@ -84,20 +96,30 @@ def zero_shot(model, tokenizer, tasks, max_length: int, device="cpu", limit: int
     tasks = list(tasks)
     if not tasks:
         raise ValueError("method.zero_shot.tasks names no task")
-    if hf:
-        from lm_eval.models.huggingface import HFLM
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length, device=str(device))
-    else:
-        lm = tiny_lm_eval(model, tokenizer, max_length, device)
-    was_training = model.training
-    model.eval()
+    was_training = model.training      # read first: HFLM's constructor puts the model in eval mode
+    state = random.getstate(), np.random.get_state()
     try:
-        res = lm_eval.simple_evaluate(model=lm, tasks=tasks, num_fewshot=0, limit=limit, task_manager=task_manager,
-                                      log_samples=False, bootstrap_iters=0)
+        # the harness must not touch the run's random streams (it reseeds them unless told not to; the
+        # fork and the saved states also cover any draw of its own), so later sub-rows train as without it
+        with torch.random.fork_rng(devices=[torch.device(device)] if torch.device(device).type == "cuda" else []):
+            if hf:
+                from lm_eval.models.huggingface import HFLM
+                lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+            else:
+                lm = tiny_lm_eval(model, tokenizer, max_length, device)
+            model.eval()
+            res = lm_eval.simple_evaluate(model=lm, tasks=tasks, num_fewshot=0, limit=limit, task_manager=task_manager,
+                                          log_samples=False, bootstrap_iters=0, random_seed=None,
+                                          numpy_random_seed=None, torch_random_seed=None)
     finally:
         model.train(was_training)
+        random.setstate(state[0])
+        np.random.set_state(state[1])
     out = {f"zs_{t}": 100.0 * float(res["results"][t]["acc,none"]) for t in tasks}
     out["zs_avg"] = math.fsum(out.values()) / len(out)
+    # acc_norm (length-normalised), which HellaSwag and ARC-Challenge are usually quoted by, beside acc
+    out |= {f"zs_{t}_norm": 100.0 * float(res["results"][t]["acc_norm,none"]) for t in tasks
+            if "acc_norm,none" in res["results"][t]}
     return out
 
 
