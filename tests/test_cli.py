@@ -64,14 +64,16 @@ def compare_with_golden(experiment: str, found: dict) -> None:
         f"{method}: the smoke run's first losses changed (numbers moved in {method} or in common/ code it "
         f"imports): {found['losses']} vs golden {golden['losses']}")
     assert set(found["metrics"]) == set(golden["metrics"]), f"{method}: metric names changed"
-    # `acc_atol`: an accuracy (a metric named *acc, in %) may move by a test example or two where a
-    # near-tie flips with the CPU's float order (AVX-512 or not: the same code and first losses, another
-    # machine); the losses and every other metric keep the tight tolerances
-    def atol(name: str) -> float:
-        return max(tol["metric_atol"], tol.get("acc_atol", 0.0)) if name.endswith("acc") else tol["metric_atol"]
-    changed = {k: (v, golden["metrics"][k]) for k, v in found["metrics"].items()
-               if v != pytest.approx(golden["metrics"][k], rel=tol["metric_rtol"], abs=atol(k))}
-    assert not changed, f"{method}: final smoke metrics changed (found, golden): {changed}"
+
+    def changed(expected: dict) -> dict:
+        return {k: (v, expected[k]) for k, v in found["metrics"].items()
+                if v != pytest.approx(expected[k], rel=tol["metric_rtol"], abs=tol["metric_atol"])}
+    # `metrics_other_cpus`: the same code's final metrics measured on another CPU model, where a
+    # near-tie in an accuracy flips with the float order (AVX-512 or not); each set is matched at the
+    # same tolerances, never a looser one (ICLR24_UPDATE_GOLDEN drops them: re-measure after a change)
+    others = [o["metrics"] for o in golden.get("metrics_other_cpus", [])]
+    diffs = [changed(expected) for expected in [golden["metrics"], *others]]
+    assert not all(diffs), f"{method}: final smoke metrics changed (found, golden): {diffs[0]}"
 
 
 @needs_fashion

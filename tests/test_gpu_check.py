@@ -170,6 +170,7 @@ def test_whole_gpu_check_runs_on_the_cpu(tmp_path):
 def test_imagenet_stream_stand_in_shards_like_the_real_stream():
     """The stand-in takes the real stream's arguments; its shards (ranks x workers) partition a pass,
     which is a pure function of (seed, epoch) and changes with either."""
+    import common.data as data
     from common.data import imagenet_stream
     from common.reproduce import synthetic
 
@@ -192,16 +193,10 @@ def test_imagenet_stream_stand_in_shards_like_the_real_stream():
         with pytest.raises(ValueError, match="rank"):
             cls(rank=2, world_size=2)
         assert "stream:imagenet" in synthetic.used()
-        assert data_shape("imagenet") == (4, 3, 224, 224)
+        assert tuple(data.load("imagenet", "test")[0].shape) == (4, 3, 224, 224)
     finally:
         synthetic.uninstall()
     assert imagenet_stream.ImageNetTrainStream is real
-
-
-def data_shape(name: str) -> tuple:
-    import common.data as data
-
-    return tuple(data.load(name, "test")[0].shape)
 
 
 def test_metr_paper_smoke_runs_on_the_stand_ins_and_caches_nothing(tmp_path, monkeypatch):

@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 import yaml
@@ -137,16 +138,8 @@ def _scratch_cache():
     the stage's settings (METR's base: init_from and the stream's config), not the data behind them,
     so a smoke's random-init base on synthetic images would otherwise sit under the key of the real
     run, which would load it."""
-    old = os.environ.get("ICLR24_CACHE")
-    with tempfile.TemporaryDirectory(prefix="gpu_smoke_cache_") as tmp:
-        os.environ["ICLR24_CACHE"] = tmp
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("ICLR24_CACHE", None)
-            else:
-                os.environ["ICLR24_CACHE"] = old
+    with tempfile.TemporaryDirectory(prefix="gpu_smoke_cache_") as tmp, mock.patch.dict(os.environ, ICLR24_CACHE=tmp):
+        yield
 
 
 def _matching(table: dict, name: str) -> list[str]:

@@ -75,7 +75,8 @@ def table_markdown(t: TableResult, level: str = "##") -> list[str]:
     seeds = ", ".join(map(str, t.seeds))
     lines += ["", f"Seeds {seeds}; mean ± std over seeds. Compute: {wall_time(t)}.", ""]
     if t.extension:
-        lines += [f"Extension rule (fixed {t.extension.get('fixed', 'before the run')}): to {t.extension['to']} seeds; "
+        fixed = t.extension.get("fixed", "before the run")
+        lines += [f"Extension rule (fixed {fixed}): to {t.extension['to']} seeds; "
                   f"first seeds {', '.join(map(str, t.extension['first_seeds']))}; {t.extension['why']}.", ""]
     if t.controls:
         lines += ["Controls (each claim naming the row is re-judged with the row replaced; a claim a control "
